@@ -1,0 +1,194 @@
+"""The HostProfile: the data contract between the prober and everything that consumes it.
+
+Selection, packaging, fleet planning and the snap's install hook all read this model, and fleet
+operators store it as JSON, so it is versioned (``schema-version``), frozen, rejects unknown keys
+and serializes with kebab-case keys. ``None`` always means *unknown*, never *no*: a GPU whose
+memory could not be read has ``vram: null`` and a warning says why.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+SCHEMA_VERSION = 1
+
+X86Level = Literal["x86-64-v1", "x86-64-v2", "x86-64-v3", "x86-64-v4"]
+DeviceKind = Literal["cpu", "gpu", "npu"]
+
+
+def _kebab(name: str) -> str:
+    return name.replace("_", "-")
+
+
+class KebabModel(BaseModel):
+    """Base of every data model in the project: frozen, strict about keys, kebab-case on disk."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        alias_generator=_kebab,
+        populate_by_name=True,
+    )
+
+    def to_data(self) -> dict[str, object]:
+        """Plain JSON-ready data with kebab-case keys."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class CpuFacts(KebabModel):
+    """One kind of core. Hybrid CPUs (P-cores and E-cores) give one entry per distinct kind."""
+
+    architecture: str  # snap architecture names: amd64, arm64, armhf, riscv64, s390x, ppc64el, i386
+    vendor: str | None = None  # "GenuineIntel", "AuthenticAMD", "ARM", "Ampere", "SiFive"...
+    model_name: str | None = None
+    flags: tuple[str, ...] = ()  # x86 flags, or arm64 "Features", sorted
+    x86_64_level: X86Level | None = None
+    arm64_implementer: str | None = None  # "0x41"
+    arm64_part: str | None = None  # "0xd0b"
+    arm64_features: tuple[str, ...] = ()  # the LLM-relevant subset: asimd, sve, sve2, i8mm...
+    riscv_isa: str | None = None  # "rv64imafdch_zicsr_..."
+    threads: int | None = None  # logical CPUs of this kind
+    cores: int | None = None  # physical cores of this kind, when known
+
+
+class MemoryFacts(KebabModel):
+    """System RAM in bytes, from /proc/meminfo."""
+
+    total: int | None = None
+    available: int | None = None
+    swap_total: int | None = None
+    swap_free: int | None = None
+
+
+class DiskFacts(KebabModel):
+    """Free and total bytes of the filesystem holding ``path`` (where snaps are stored)."""
+
+    path: str
+    total: int | None = None
+    free: int | None = None
+
+
+class PciIds(KebabModel):
+    """The identity of one PCI function, as sysfs tells it (lowercase hex strings like "0x10de")."""
+
+    slot: str  # "0000:01:00.0"
+    pci_class: str  # "0x0300" (class and subclass)
+    vendor_id: str
+    device_id: str
+    subsystem_vendor_id: str | None = None
+    subsystem_device_id: str | None = None
+    revision: str | None = None
+    driver: str | None = None  # bound kernel driver, None when unknown or unbound
+    numa_node: int | None = None
+
+
+class GpuFacts(KebabModel):
+    """A GPU that can run models."""
+
+    vendor: str  # "nvidia", "amd", "intel", "apple", "qualcomm", ...
+    name: str | None = None
+    pci: PciIds | None = None
+    integrated: bool | None = None  # iGPU/APU sharing system RAM
+    unified_memory: bool = False  # the GPU addresses system RAM as its own (APUs, iGPUs)
+    vram: int | None = None  # bytes of dedicated memory; None when unknown
+    vram_free: int | None = None
+    compute_capability: str | None = None  # NVIDIA, "8.9"
+    gfx: str | None = None  # AMD, "gfx1032"
+    driver_version: str | None = None
+    cuda_version: str | None = None  # highest CUDA the driver supports, "12.4"
+    device_nodes: tuple[str, ...] = ()  # "/dev/dri/renderD128", "/dev/nvidia0"
+
+
+class NpuFacts(KebabModel):
+    """An NPU or other AI accelerator (PCI class 0x1200 or 0x0b40, or a known NPU device)."""
+
+    vendor: str
+    name: str | None = None
+    pci: PciIds | None = None
+    driver: str | None = None  # the kernel driver that should bind it ("intel_vpu", "amdxdna")
+    driver_loaded: bool | None = None  # None: could not tell
+    device_nodes: tuple[str, ...] = ()  # "/dev/accel/accel0"
+    runtimes: tuple[str, ...] = ()  # runtime families that can drive it for LLMs
+    llm_capable: bool = False  # False for accelerators that run vision models but no LLM
+    note: str | None = None
+
+
+class DisplayFacts(KebabModel):
+    """A display device that cannot run models (BMC/server video), listed so nobody wonders."""
+
+    vendor: str
+    name: str | None = None
+    pci: PciIds | None = None
+    reason: str
+
+
+class ProbeWarning(KebabModel):
+    """Something a probe could not read, and how to fix it."""
+
+    source: str  # "cpu", "memory", "disk", "pci", "nvml", "amd", "intel", "npu", "runtimes"
+    message: str
+    resolution: str | None = None
+
+
+class RuntimeFacts(KebabModel):
+    """Which runtimes work here. Slow to gather (imports), so only on request."""
+
+    packages: dict[str, str | None] = {}  # package -> version, None when it does not import
+    openvino_devices: tuple[str, ...] = ()
+    onnxruntime_providers: tuple[str, ...] = ()
+    llama_cpp_gpu_offload: bool | None = None
+
+
+class HostProfile(KebabModel):
+    """Everything the selector needs to know about one machine."""
+
+    schema_version: int = SCHEMA_VERSION
+    hostname: str | None = None
+    cpus: tuple[CpuFacts, ...] = ()
+    memory: MemoryFacts = MemoryFacts()
+    disk: DiskFacts | None = None
+    gpus: tuple[GpuFacts, ...] = ()
+    npus: tuple[NpuFacts, ...] = ()
+    displays: tuple[DisplayFacts, ...] = ()
+    runtimes: RuntimeFacts | None = None
+    warnings: tuple[ProbeWarning, ...] = ()
+
+    # Convenience views for the selector: what every core can run.
+    @property
+    def architecture(self) -> str | None:
+        """The machine's architecture (snap naming), None when no CPU could be read."""
+        return self.cpus[0].architecture if self.cpus else None
+
+    @property
+    def cpu_flags(self) -> frozenset[str]:
+        """Flags common to every kind of core: code built for these runs on any core."""
+        if not self.cpus:
+            return frozenset()
+        common = set(self.cpus[0].flags)
+        for cpu in self.cpus[1:]:
+            common &= set(cpu.flags)
+        return frozenset(common)
+
+    @property
+    def x86_64_level(self) -> X86Level | None:
+        """The lowest x86-64 level over all kinds of core."""
+        levels = [c.x86_64_level for c in self.cpus if c.x86_64_level]
+        return min(levels) if levels and len(levels) == len(self.cpus) else None
+
+    @property
+    def threads(self) -> int | None:
+        """Logical CPUs in total, None when unknown."""
+        counts = [c.threads for c in self.cpus]
+        return sum(counts) if counts and all(n is not None for n in counts) else None  # type: ignore[misc]
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        """The profile as JSON with kebab-case keys (what ``hwprobe --json`` prints)."""
+        return json.dumps(self.to_data(), indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str) -> HostProfile:
+        """Load a profile written by :meth:`to_json` (raises pydantic's ValidationError)."""
+        return cls.model_validate_json(text)

@@ -1,0 +1,79 @@
+"""The selector's answer: ranked candidates with reasons, and the winner.
+
+This is a stable JSON contract (``snapbuild select --json``, the install hook's decision record
+under ``$SNAP_DATA``, fleet plans), so keys are kebab-case and versioned with the model.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from hwprobe.profile import KebabModel, ProbeWarning
+
+DeviceClass = Literal["cpu", "gpu", "npu"]
+
+
+class MemoryEstimate(KebabModel):
+    """Bytes an engine needs at a context size, and what the host has for it."""
+
+    weights: int
+    kv_cache: int
+    compute: int  # compute buffers
+    overhead: int  # runtime and framework overhead
+    required: int  # weights + kv-cache + compute + overhead, with headroom applied
+    available: int | None  # None: the host's memory for this device is unknown
+    pool: Literal["vram", "ram"]  # what it is measured against
+    context_size: int
+
+
+class Candidate(KebabModel):
+    """One engine judged against one host."""
+
+    engine: str
+    runtime: str
+    device: DeviceClass
+    vendor: str | None = None  # GPU/NPU vendor, or the CPU vendor for CPU engines
+    quantization: str
+    artifact: str
+    experimental: bool = False
+    compatible: bool
+    reasons: tuple[str, ...]  # every requirement's verdict, passed and failed, in order
+    blockers: tuple[str, ...] = ()  # the failed verdicts alone (why-not)
+    memory: MemoryEstimate | None = None
+    context_size: int | None = None  # chosen context (stepped down to fit), None if none fits
+    estimated_tokens_per_second: float | None = None
+    rank: int | None = None  # 1 = best; None for incompatible engines
+    slot: str | None = None  # PCI slot of the GPU/NPU the engine would use
+
+
+class Selected(KebabModel):
+    """The winning engine, in the shape consumers need to start it."""
+
+    engine: str
+    runtime: str
+    device: DeviceClass
+    vendor: str | None = None
+    context_size: int
+    artifact: str
+    quantization: str
+    slot: str | None = None
+    why: str  # why it beat the runner-up, or why it is the only one
+
+
+class Decision(KebabModel):
+    """Everything the selector concluded for one manifest on one host."""
+
+    model: str
+    selected: Selected | None
+    candidates: tuple[Candidate, ...]
+    warnings: tuple[ProbeWarning, ...] = ()
+    precedence: tuple[str, ...] = ()  # the ranking keys, most important first, for the record
+
+    def candidate(self, engine: str) -> Candidate | None:
+        """The candidate for ``engine``, or None."""
+        return next((c for c in self.candidates if c.engine == engine), None)
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        """The JSON contract of ``snapbuild select --json``."""
+        return json.dumps(self.to_data(), indent=indent)

@@ -1,0 +1,243 @@
+"""Model manifests: one YAML file per inference snap (``manifests/<name>.yaml``).
+
+A manifest is data: the snap's metadata, the model's architecture facts (for memory estimates),
+the weight artifacts, and the engines (runtime + artifact + device requirements). The models
+here are frozen, reject unknown keys and use kebab-case keys, so a typo in a manifest is an
+error that names the field rather than a silently ignored key. Loading with file/line/field
+errors lives in :mod:`snapbuild.manifest_loader`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from hwprobe.profile import KebabModel, X86Level
+
+MANIFEST_SCHEMA_VERSION = 1
+
+# snapd's rules: lowercase letters, digits and hyphens; at least one letter; no leading,
+# trailing or double hyphen; 2 to 40 characters.
+SNAP_NAME_RE = re.compile(r"^(?=.*[a-z])[a-z0-9](?:-?[a-z0-9])*$")
+# engine, artifact and component names follow the same rules (they become component names).
+COMPONENT_NAME_RE = SNAP_NAME_RE
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+Architecture = Literal["amd64", "arm64", "armhf", "riscv64", "s390x", "ppc64el", "i386"]
+ArtifactFormat = Literal["gguf", "openvino-ir", "onnx"]
+GpuVendor = Literal["nvidia", "amd", "intel", "apple", "qualcomm", "other"]
+ModelKind = Literal["chat", "completion", "embeddings"]
+
+STORE_COMPONENT_LIMIT = 5 * 1000**3  # the Store's per-component size limit, bytes
+
+
+def _check_name(value: str, what: str) -> str:
+    if not 2 <= len(value) <= 40 or not SNAP_NAME_RE.match(value):
+        raise ValueError(
+            f"{what} {value!r} is not valid: use 2-40 lowercase letters, digits and single "
+            "hyphens, with at least one letter, not starting or ending with a hyphen"
+        )
+    return value
+
+
+class ModelFacts(KebabModel):
+    """Architecture facts needed to estimate memory; optional when a local GGUF can be read."""
+
+    architecture: str  # "gemma3", "llama", "qwen2", "bert"...
+    kind: ModelKind = "chat"
+    parameters: int | None = Field(default=None, gt=0)
+    layers: int | None = Field(default=None, gt=0)
+    attention_heads: int | None = Field(default=None, gt=0)
+    kv_heads: int | None = Field(default=None, gt=0)
+    head_size: int | None = Field(default=None, gt=0)
+    embedding_size: int | None = Field(default=None, gt=0)
+    vocab_size: int | None = Field(default=None, gt=0)
+    context_length: int | None = Field(default=None, gt=0)  # the model's trained maximum
+    sliding_window: int | None = Field(default=None, gt=0)  # window of the local layers
+    sliding_window_layers: int | None = Field(default=None, ge=0)  # how many layers are local
+
+
+class Shard(KebabModel):
+    """One piece of a file split to stay under the Store's component size limit."""
+
+    url: str
+    sha256: str
+    size: int = Field(gt=0)
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha(cls, v: str) -> str:
+        if not SHA256_RE.match(v):
+            raise ValueError("sha256 must be 64 lowercase hexadecimal characters")
+        return v
+
+
+class LocalSource(KebabModel):
+    """Where an already-installed copy of a file lives, so it runs offline (e.g. a PyPI package)."""
+
+    python_package: str | None = None  # a distribution whose files include the artifact
+    path: str  # path inside that distribution, or an absolute path when no package is given
+
+
+class ArtifactFile(KebabModel):
+    """One file of an artifact (a GGUF is one file; an OpenVINO IR is several)."""
+
+    path: str  # file name inside the artifact's directory
+    url: str
+    sha256: str
+    size: int = Field(gt=0)
+    placeholder: bool = False  # url/sha256/size not verified upstream yet: say so, never hide it
+    local: LocalSource | None = None
+    shards: tuple[Shard, ...] = ()
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha(cls, v: str) -> str:
+        if not SHA256_RE.match(v):
+            raise ValueError("sha256 must be 64 lowercase hexadecimal characters")
+        return v
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        if not v or v.startswith("/") or ".." in v.split("/") or "\n" in v:
+            raise ValueError("path must be a relative file name inside the artifact directory")
+        return v
+
+
+class Artifact(KebabModel):
+    """Named model weights in one format and quantization."""
+
+    name: str
+    format: ArtifactFormat
+    quantization: str  # Q4_K_M, Q4_1, Q8_0, F16, int4, int8, fp32...
+    files: tuple[ArtifactFile, ...] = Field(min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _check_name(v, "artifact name")
+
+    @property
+    def size(self) -> int:
+        """Total bytes of all files."""
+        return sum(f.size for f in self.files)
+
+
+class GpuRequirement(KebabModel):
+    """A GPU the engine can use. Every field given must hold for one and the same GPU."""
+
+    vendor: GpuVendor | None = None
+    device_ids: tuple[str, ...] = ()  # "0x56a2"; empty means any
+    min_vram: int | None = Field(default=None, gt=0)  # bytes
+    min_compute_capability: str | None = None  # NVIDIA, "7.5"
+    gfx_targets: tuple[str, ...] = ()  # AMD, "gfx1030"
+    integrated: bool | None = None  # True: iGPU only; False: discrete only
+
+
+class NpuRequirement(KebabModel):
+    """An NPU the engine can use."""
+
+    vendor: str
+    driver_loaded: bool = True  # an NPU whose driver is not bound cannot run anything
+
+
+class Condition(KebabModel):
+    """One requirement. Exactly one key is set, so each verdict reads as one reason."""
+
+    architecture: tuple[Architecture, ...] | None = None  # any of these
+    cpu_flags: tuple[str, ...] | None = None  # all of these
+    x86_64_level: X86Level | None = None  # at least this level
+    arm64_features: tuple[str, ...] | None = None  # all of these
+    gpu: GpuRequirement | None = None
+    npu: NpuRequirement | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Condition:
+        given = [k for k, v in self.__dict__.items() if v is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "a condition sets exactly one of architecture, cpu-flags, x86-64-level, "
+                f"arm64-features, gpu, npu (got {', '.join(given) or 'none'})"
+            )
+        return self
+
+
+class Requirements(KebabModel):
+    """all-of: every condition holds; any-of: at least one holds (when any are listed)."""
+
+    all_of: tuple[Condition, ...] = ()
+    any_of: tuple[Condition, ...] = ()
+
+
+class Engine(KebabModel):
+    """A runtime running one artifact on one class of device."""
+
+    name: str
+    summary: str
+    runtime: str  # an id of the runtime catalog (runtimes/catalog.yaml)
+    artifact: str  # an artifact name of this manifest
+    requires: Requirements = Requirements()
+    context_size: int | None = Field(default=None, gt=0)  # default context; None: manifest's
+    min_context_size: int | None = Field(default=None, gt=0)
+    experimental: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _check_name(v, "engine name")
+
+
+class Manifest(KebabModel):
+    """One inference snap."""
+
+    schema_version: Literal[1] = 1
+    name: str
+    title: str
+    summary: str = Field(max_length=78)  # the Store's summary limit
+    description: str
+    license: str
+    version: str = Field(max_length=32)
+    base: Literal["core22", "core24"] = "core24"
+    architectures: tuple[Architecture, ...] = Field(min_length=1)
+    default_port: int = Field(default=8080, ge=1, le=65535)
+    default_context_size: int = Field(default=4096, gt=0)
+    model: ModelFacts
+    artifacts: tuple[Artifact, ...] = Field(min_length=1)
+    engines: tuple[Engine, ...] = Field(min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _check_name(v, "snap name")
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> Manifest:
+        _unique([a.name for a in self.artifacts], "artifact")
+        _unique([e.name for e in self.engines], "engine")
+        known = {a.name for a in self.artifacts}
+        for engine in self.engines:
+            if engine.artifact not in known:
+                raise ValueError(
+                    f"engine {engine.name!r} names artifact {engine.artifact!r}, which is not "
+                    f"among the artifacts ({', '.join(sorted(known))})"
+                )
+        return self
+
+    def artifact(self, name: str) -> Artifact:
+        """The artifact called ``name`` (validated to exist for every engine)."""
+        return next(a for a in self.artifacts if a.name == name)
+
+    def engine(self, name: str) -> Engine | None:
+        """The engine called ``name``, or None."""
+        return next((e for e in self.engines if e.name == name), None)
+
+
+def _unique(names: list[str], what: str) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"two {what}s are named {name!r}; {what} names must be unique")
+        seen.add(name)
