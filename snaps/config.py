@@ -1,0 +1,230 @@
+"""The snap's settings (port, host, context-size, engine, env.*) and their rules.
+
+A change is validated as a whole before anything is written, so a rejected ``set`` leaves the
+configuration exactly as it was. ``env.*`` keys reach the runtime as environment variables;
+snapd only allows lowercase option names, so ``env.omp-num-threads`` is ``OMP_NUM_THREADS`` (the
+CLI accepts either spelling and stores the snapd one).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from snapbuild.decision import Candidate
+from snapbuild.errors import UsageError
+from snapbuild.manifest import Manifest
+
+KEYS = ("port", "host", "context-size", "engine")
+DEFAULT_HOST = "127.0.0.1"
+AUTO = "auto"
+HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_KEY_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The effective settings: stored values over defaults."""
+
+    port: int
+    host: str
+    context_size: int
+    engine: str  # an engine name, or "auto"
+    env: dict[str, str] = field(default_factory=dict)  # runtime variable -> value
+
+    def to_data(self) -> dict[str, Any]:
+        """JSON-ready, with snapd's key names."""
+        return {
+            "port": self.port,
+            "host": self.host,
+            "context-size": self.context_size,
+            "engine": self.engine,
+            "env": dict(sorted(self.env.items())),
+        }
+
+
+def env_option_to_var(option: str) -> str:
+    """``omp-num-threads`` -> ``OMP_NUM_THREADS``."""
+    return option.upper().replace("-", "_")
+
+
+def normalize_key(key: str) -> str:
+    """Accept ``context_size``, ``env.OMP_NUM_THREADS``...; return the snapd option name."""
+    key = key.strip()
+    if key.startswith("env."):
+        name = key[4:]
+        if not ENV_NAME_RE.match(name) and not ENV_KEY_RE.match(name):
+            raise UsageError(
+                f"{key!r} does not name an environment variable",
+                resolution="Use env.NAME with letters, digits and underscores, e.g. "
+                "env.OMP_NUM_THREADS=4.",
+            )
+        return "env." + name.lower().replace("_", "-")
+    normal = key.lower().replace("_", "-")
+    if normal not in KEYS:
+        raise UsageError(
+            f"unknown setting {key!r}",
+            resolution=f"Settings are {', '.join(KEYS)} and env.NAME.",
+        )
+    return normal
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """``port=8081`` -> ("port", 8081); values are typed by key, not guessed."""
+    key, sep, raw = text.partition("=")
+    if not sep:
+        raise UsageError(f"{text!r} is not key=value", resolution="Write e.g. `set port=8081`.")
+    key = normalize_key(key)
+    raw = raw.strip()
+    if key in {"port", "context-size"}:
+        try:
+            return key, int(raw)
+        except ValueError:
+            raise UsageError(
+                f"{key} must be a whole number, not {raw!r}",
+                resolution=f"Write e.g. `set {key}={8080 if key == 'port' else 4096}`.",
+            ) from None
+    return key, raw
+
+
+def flatten(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """snapctl's nested ``{"env": {...}}`` to flat ``{"env.x": ...}`` keys."""
+    flat: dict[str, Any] = {}
+    for key, value in stored.items():
+        if key == "env" and isinstance(value, dict):
+            flat.update({f"env.{k}": v for k, v in value.items()})
+        else:
+            flat[key] = value
+    return flat
+
+
+def effective(
+    stored: Mapping[str, Any], manifest: Manifest, default_context: int | None
+) -> Settings:
+    """Stored (flat) values over the manifest's and the decision's defaults."""
+    env = {
+        env_option_to_var(k[4:]): v if isinstance(v, str) else json.dumps(v)
+        for k, v in stored.items()
+        if k.startswith("env.")
+    }
+    return Settings(
+        port=_as_int(stored.get("port"), manifest.default_port),
+        host=str(stored.get("host") or DEFAULT_HOST),
+        context_size=_as_int(
+            stored.get("context-size"), default_context or manifest.default_context_size
+        ),
+        engine=str(stored.get("engine") or AUTO),
+        env=env,
+    )
+
+
+def _as_int(value: Any, default: int) -> int:
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return -1  # fails validation with a message naming the stored value
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """Whether a server could listen on host:port now."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def max_context(candidate: Candidate | None, manifest: Manifest) -> int | None:
+    """The largest context the engine fits in memory here (linear in the KV cache), if known."""
+    limits = []
+    if manifest.model.context_length:
+        limits.append(manifest.model.context_length)
+    mem = candidate.memory if candidate else None
+    if mem and mem.available and mem.context_size:
+        base = mem.weights + mem.kv_cache + mem.compute + mem.overhead
+        headroom = mem.required / base if base else 1.0
+        per_token = mem.kv_cache / mem.context_size
+        fixed = (base - mem.kv_cache) * headroom
+        if per_token > 0:
+            limits.append(max(0, int((mem.available - fixed) / (per_token * headroom))))
+    return min(limits) if limits else None
+
+
+def validate(
+    settings: Settings,
+    manifest: Manifest,
+    candidate: Candidate | None,
+    *,
+    own_port: int | None = None,
+) -> list[str]:
+    """Every reason the settings cannot be used; empty when they can.
+
+    ``own_port`` is the port our running server holds, which is busy but not a conflict.
+    ``candidate`` is the selector's verdict for the engine that will run.
+    """
+    problems: list[str] = []
+    host_ok = _host_ok(settings.host)
+    if not host_ok:
+        problems.append(
+            f"host {settings.host!r} is not an IP address or host name "
+            "(use 127.0.0.1 for this machine only, 0.0.0.0 for every interface)"
+        )
+    if not 1 <= settings.port <= 65535:
+        problems.append(f"port {settings.port} is out of range: use 1-65535")
+    elif host_ok and settings.port != own_port and not port_is_free(settings.host, settings.port):
+        problems.append(
+            f"port {settings.port} is busy on {settings.host}: another program listens there "
+            "(pick a free port, e.g. `set port=" + str(_free_port_near(settings)) + "`)"
+        )
+    if settings.engine != AUTO and manifest.engine(settings.engine) is None:
+        names = ", ".join(e.name for e in manifest.engines)
+        problems.append(f"engine {settings.engine!r} is not in this snap (engines: {names}, auto)")
+    if settings.context_size <= 0:
+        problems.append(
+            f"context-size must be a positive whole number, not {settings.context_size}"
+        )
+    else:
+        limit = max_context(candidate, manifest)
+        if limit is not None and settings.context_size > limit:
+            problems.append(
+                f"context-size {settings.context_size} does not fit: the most this engine fits "
+                f"here is {limit} tokens"
+            )
+    for name in settings.env:
+        if not ENV_NAME_RE.match(name):
+            problems.append(f"env.{name} is not a valid environment variable name")
+    return problems
+
+
+def _host_ok(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return bool(HOSTNAME_RE.match(host)) and not host.replace(".", "").isdigit()
+
+
+def _free_port_near(settings: Settings) -> int:
+    for port in range(settings.port + 1, min(settings.port + 100, 65536)):
+        if port_is_free(settings.host, port):
+            return port
+    return settings.port + 1
+
+
+def first_free_port(host: str, start: int) -> int:
+    """``start`` or the next port after it that is free (the install hook's default port)."""
+    for port in range(start, min(start + 100, 65536)):
+        if port_is_free(host, port):
+            return port
+    return start

@@ -1,0 +1,344 @@
+"""A file-backed ``snapctl`` for running a snap's hooks and apps without snapd.
+
+``snapbuild try`` writes an executable named ``snapctl`` that runs :func:`main` and puts it first
+on PATH, so the in-snap code calls it exactly as it calls snapd's. It keeps what snapd would keep
+in files under ``$SNAPCTL_STANDIN_STATE``:
+
+- ``config.json``: the snap's configuration (nested objects for dotted keys, like snapd);
+- ``services.json``: each app's enabled flag and the pid of its running process; services are
+  started from ``$SNAP/meta/snap.yaml``'s ``apps:`` entry in their own session (process group),
+  with output in ``logs/<app>.log``, and stopped by signalling that whole group;
+- ``connections.json``: which plugs are connected (absent plugs count as connected, as when an
+  operator has run ``snap connect``; tests write ``false`` to simulate a missing connection).
+
+``install +<component>`` links ``$SNAPCTL_STANDIN_COMPONENTS/<component>`` (where the trial staged
+the component's files) to ``$SNAP_COMPONENTS/<component>``, where snapd would mount it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+STATE_VAR = "SNAPCTL_STANDIN_STATE"
+STAGED_VAR = "SNAPCTL_STANDIN_COMPONENTS"
+# snapd's rule for each dotted segment of an option name
+KEY_SEGMENT_RE = re.compile(r"^(?:[a-z0-9]+-?)*[a-z](?:-?[a-z0-9])*$")
+STOP_TIMEOUT_S = 15.0
+
+
+class StandinError(Exception):
+    """A refusal, printed as ``error: ...`` with exit status 1 like snapctl."""
+
+
+def _state_dir() -> Path:
+    value = os.environ.get(STATE_VAR)
+    if not value:
+        raise StandinError(f"{STATE_VAR} is not set: this stand-in keeps its state there")
+    path = Path(value)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _read(name: str, default: Any) -> Any:
+    path = _state_dir() / name
+    if not path.exists():
+        return default
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _write(name: str, data: Any) -> None:
+    path = _state_dir() / name
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    """Serialize concurrent snapctl calls, as snapd's state lock does."""
+    with (_state_dir() / "lock").open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+# configuration -----------------------------------------------------------------------------
+def _check_key(key: str) -> list[str]:
+    parts = key.split(".")
+    for part in parts:
+        if not KEY_SEGMENT_RE.match(part):
+            raise StandinError(f"invalid option name: {key!r}")
+    return parts
+
+
+def _lookup(config: dict[str, Any], key: str) -> Any:
+    node: Any = config
+    for part in _check_key(key):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _assign(config: dict[str, Any], key: str, value: Any) -> None:
+    parts = _check_key(key)
+    node = config
+    for part in parts[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = node[part] = {}
+        node = child
+    if value is None:
+        node.pop(parts[-1], None)
+    else:
+        node[parts[-1]] = value
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def cmd_get(args: list[str]) -> str:
+    document = "-d" in args
+    keys = [a for a in args if not a.startswith("-")]
+    config = _read("config.json", {})
+    if not keys:
+        return json.dumps(config, indent=2)
+    values = {k: _lookup(config, k) for k in keys}
+    if document or len(keys) > 1:
+        return json.dumps({k: v for k, v in values.items() if v is not None}, indent=2)
+    value = values[keys[0]]
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, indent=2)
+
+
+def cmd_set(args: list[str]) -> str:
+    with _locked():
+        config = _read("config.json", {})
+        for arg in args:
+            if arg.endswith("!") and "=" not in arg:
+                _assign(config, arg[:-1], None)
+                continue
+            key, sep, text = arg.partition("=")
+            if not sep:
+                raise StandinError(f"invalid configuration: {arg!r} (want key=value)")
+            _assign(config, key, _parse_value(text))
+        _write("config.json", config)
+    return ""
+
+
+def cmd_unset(args: list[str]) -> str:
+    return cmd_set([f"{key}!" for key in args])
+
+
+# services ----------------------------------------------------------------------------------
+def _snap_yaml() -> dict[str, Any]:
+    path = Path(os.environ["SNAP"]) / "meta" / "snap.yaml"
+    data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return data
+
+
+def _daemons() -> dict[str, dict[str, Any]]:
+    apps = _snap_yaml().get("apps") or {}
+    return {name: app for name, app in apps.items() if app.get("daemon")}
+
+
+def _resolve(names: list[str]) -> list[str]:
+    """Service arguments (``snap.app`` or ``snap``) to app names."""
+    snap = os.environ["SNAP_NAME"]
+    daemons = _daemons()
+    if not names:
+        return sorted(daemons)
+    apps: list[str] = []
+    for name in names:
+        if name == snap:
+            apps.extend(sorted(daemons))
+            continue
+        prefix, _, app = name.partition(".")
+        if prefix != snap or app not in daemons:
+            raise StandinError(f"unknown service: {name!r}")
+        apps.append(app)
+    return apps
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time (field 22 of /proc/PID/stat), None when gone or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] in {"Z", "X"} else fields[19]
+
+
+def _alive(record: dict[str, Any]) -> bool:
+    pid = record.get("pid")
+    return bool(pid) and _start_time(int(pid)) == record.get("start-time")
+
+
+def _environment(app: dict[str, Any]) -> dict[str, str]:
+    """The daemon's environment: the caller's snap variables plus snap.yaml's ``environment``."""
+    env = dict(os.environ)
+    for source in (_snap_yaml().get("environment") or {}, app.get("environment") or {}):
+        for key, value in source.items():
+            env[key] = os.path.expandvars(str(value))
+    return env
+
+
+def _spawn(name: str, app: dict[str, Any]) -> dict[str, Any]:
+    snap = Path(os.environ["SNAP"])
+    argv = shlex.split(app["command"])
+    argv[0] = str(snap / argv[0])
+    logs = _state_dir() / "logs"
+    logs.mkdir(exist_ok=True)
+    with (logs / f"{name}.log").open("ab") as log:
+        proc = subprocess.Popen(
+            argv,
+            cwd=os.environ.get("SNAP_DATA", str(snap)),
+            env=_environment(app),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: stop kills the whole tree
+        )
+    return {"pid": proc.pid, "start-time": _start_time(proc.pid)}
+
+
+def _terminate(record: dict[str, Any]) -> None:
+    if not _alive(record):
+        return
+    pid = int(record["pid"])
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while _alive(record) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _alive(record):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)  # leftovers of the group, if any
+
+
+def _service_action(args: list[str], action: str) -> str:
+    enable = "--enable" in args
+    disable = "--disable" in args
+    names = [a for a in args if not a.startswith("-")]
+    daemons = _daemons()
+    with _locked():
+        services = _read("services.json", {})
+        for app in _resolve(names):
+            record = services.get(app, {"enabled": False})
+            if action in {"stop", "restart"}:
+                _terminate(record)
+                record.pop("pid", None)
+                record.pop("start-time", None)
+            if action in {"start", "restart"} and not _alive(record):
+                record.update(_spawn(app, daemons[app]))
+            if enable:
+                record["enabled"] = True
+            if disable:
+                record["enabled"] = False
+            services[app] = record
+        _write("services.json", services)
+    return ""
+
+
+def cmd_services(args: list[str]) -> str:
+    snap = os.environ["SNAP_NAME"]
+    services = _read("services.json", {})
+    rows = [("Service", "Startup", "Current", "Notes")]
+    for app in _resolve([a for a in args if not a.startswith("-")]):
+        record = services.get(app, {"enabled": False})
+        rows.append(
+            (
+                f"{snap}.{app}",
+                "enabled" if record.get("enabled") else "disabled",
+                "active" if _alive(record) else "inactive",
+                "-",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    return "\n".join(
+        "  ".join(cell.ljust(widths[i]) if i < 3 else cell for i, cell in enumerate(row))
+        for row in rows
+    )
+
+
+# components and interfaces -----------------------------------------------------------------
+def cmd_install(args: list[str]) -> str:
+    staged = Path(os.environ.get(STAGED_VAR, ""))
+    target_root = Path(os.environ["SNAP_COMPONENTS"])
+    for arg in args:
+        if not arg.startswith("+"):
+            raise StandinError(f"snapctl install only installs components (+name), not {arg!r}")
+        name = arg[1:]
+        source = staged / name
+        if not source.is_dir():
+            raise StandinError(
+                f"cannot install component {name!r}: not available (looked in {source})"
+            )
+        target = target_root / name
+        target_root.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink() or target.exists():
+            continue  # already installed
+        target.symlink_to(source.resolve(), target_is_directory=True)
+    return ""
+
+
+def cmd_is_connected(args: list[str]) -> str:
+    if len(args) != 1:
+        raise StandinError("is-connected takes one plug name")
+    if not _read("connections.json", {}).get(args[0], True):
+        raise SystemExit(1)
+    return ""
+
+
+COMMANDS = {
+    "get": cmd_get,
+    "set": cmd_set,
+    "unset": cmd_unset,
+    "services": cmd_services,
+    "start": lambda a: _service_action(a, "start"),
+    "stop": lambda a: _service_action(a, "stop"),
+    "restart": lambda a: _service_action(a, "restart"),
+    "install": cmd_install,
+    "is-connected": cmd_is_connected,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one snapctl command; errors print like snapctl's and exit 1."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] not in COMMANDS:
+        sys.stderr.write(f"error: unknown command, use one of: {', '.join(COMMANDS)}\n")
+        return 1
+    try:
+        out = COMMANDS[args[0]](args[1:])
+    except StandinError as err:
+        sys.stderr.write(f"error: {err}\n")
+        return 1
+    if out:
+        sys.stdout.write(out + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
