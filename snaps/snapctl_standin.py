@@ -190,7 +190,9 @@ def _start_time(pid: int) -> str | None:
 
 def _alive(record: dict[str, Any]) -> bool:
     pid = record.get("pid")
-    return bool(pid) and _start_time(int(pid)) == record.get("start-time")
+    if not pid:
+        return False
+    return _start_time(int(pid)) == record.get("start-time")
 
 
 def _environment(app: dict[str, Any]) -> dict[str, str]:

@@ -1,0 +1,119 @@
+"""`<snap> chat`: a conversation with the local API, streamed as it is generated.
+
+It speaks the same OpenAI-compatible API any client would (``/v1/chat/completions`` with
+``stream: true``), so it doubles as a check that the server works. In a terminal it prompts;
+piped, it reads one message per line from stdin and prints one answer per message.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from typing import IO, Any
+
+import requests
+
+from snapbuild.errors import SnapbuildError
+
+
+class ChatError(SnapbuildError):
+    """The server could not be reached or answered with an error."""
+
+
+def base_url(host: str, port: int) -> str:
+    """The endpoint's base URL; a wildcard bind is reached through loopback."""
+    if host in {"0.0.0.0", "::"}:
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}/v1"
+
+
+def stream_reply(
+    url: str, model: str, messages: list[dict[str, str]], *, max_tokens: int | None = None
+) -> Iterator[str]:
+    """Yield the answer's text deltas as the server sends them."""
+    body: dict[str, Any] = {"model": model, "messages": messages, "stream": True}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    try:
+        resp = requests.post(f"{url}/chat/completions", json=body, stream=True, timeout=300)
+    except requests.ConnectionError:
+        raise ChatError(
+            f"the server does not answer at {url}",
+            resolution="Check `status`: the service may be stopped or still loading.",
+        ) from None
+    with resp:
+        if resp.status_code != 200:
+            raise ChatError(
+                f"the server refused the request ({resp.status_code})", details=resp.text
+            )
+        for line in resp.iter_lines(decode_unicode=True):
+            if not line or not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                return
+            chunk = json.loads(data)
+            if "error" in chunk:
+                raise ChatError("the server failed mid-answer", details=json.dumps(chunk["error"]))
+            for choice in chunk.get("choices", []):
+                text = (choice.get("delta") or {}).get("content")
+                if text:
+                    yield text
+
+
+def converse(
+    url: str,
+    model: str,
+    *,
+    stdin: IO[str],
+    stdout: IO[str],
+    interactive: bool,
+    max_tokens: int | None = None,
+) -> None:
+    """Read messages until EOF (or /exit), keep the history, stream each answer."""
+    history: list[dict[str, str]] = []
+    if interactive:
+        stdout.write(f"Chatting with {model} at {url} (Ctrl-D or /exit to leave)\n")
+    while True:
+        if interactive:
+            stdout.write("> ")
+            stdout.flush()
+        line = stdin.readline()
+        if not line:
+            break
+        message = line.strip()
+        if not message:
+            continue
+        if message in {"/exit", "/quit"}:
+            break
+        history.append({"role": "user", "content": message})
+        parts = []
+        for text in stream_reply(url, model, history, max_tokens=max_tokens):
+            parts.append(text)
+            stdout.write(text)
+            stdout.flush()
+        stdout.write("\n")
+        stdout.flush()
+        history.append({"role": "assistant", "content": "".join(parts)})
+
+
+def ask_once(url: str, model: str, prompt: str, *, max_tokens: int | None = None) -> str:
+    """One message, the whole answer (used by `snapbuild try`)."""
+    return "".join(
+        stream_reply(url, model, [{"role": "user", "content": prompt}], max_tokens=max_tokens)
+    )
+
+
+def run_chat(url: str, model: str, *, max_tokens: int | None = None) -> None:
+    """The CLI entry: interactive in a terminal, line by line when piped."""
+    converse(
+        url,
+        model,
+        stdin=sys.stdin,
+        stdout=sys.stdout,
+        interactive=sys.stdin.isatty(),
+        max_tokens=max_tokens,
+    )

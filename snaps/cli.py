@@ -1,0 +1,431 @@
+"""The `<snap>` command: the engine manager of an installed inference snap.
+
+Thin click commands over :mod:`snaps.manager` and :mod:`snaps.hooks`; every command that a
+program might read has ``--json``. The hidden ``hook`` and ``daemon`` subcommands are what the
+snap's hook scripts and server app run. Errors print once through
+:func:`snapbuild.cli.run_cli`: brief, details, fix, exit code; never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import click
+
+from snapbuild.cli import run_cli
+from snapbuild.decision import Candidate, Decision
+from snapbuild.errors import UsageError
+from snaps import config, hooks
+from snaps.manager import (
+    Context,
+    State,
+    candidate_for,
+    components_for,
+    missing_components,
+    probe_host,
+    select,
+)
+
+JSON_OPT = click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
+
+
+def _emit(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2))
+
+
+def _prog() -> str:
+    return os.environ.get("SNAP_NAME") or "inference-snap"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """Manage this inference snap: its engine, its settings and its local API."""
+
+
+# status ------------------------------------------------------------------------------------
+def status_data(ctx: Context) -> dict[str, Any]:
+    """What `status` shows, as data."""
+    decision = ctx.decision()
+    state = ctx.state()
+    settings = ctx.settings(decision=decision)
+    service = ctx.snapctl.service(ctx.env.service)
+    selected = decision.selected if decision else None
+    from snaps.chat import base_url
+
+    return {
+        "snap": ctx.env.name,
+        "model": ctx.manifest.name,
+        "engine": selected.engine if selected else None,
+        "runtime": selected.runtime if selected else None,
+        "device": selected.device if selected else None,
+        "quantization": selected.quantization if selected else None,
+        "forced": state.forced,
+        "service": {
+            "name": ctx.env.service,
+            "enabled": service.enabled,
+            "active": service.active,
+        },
+        "endpoint": base_url(settings.host, settings.port),
+        "context-size": settings.context_size,
+        "problem": state.problem
+        if decision is not None
+        else f"no engine chosen yet: run `{ctx.env.name} use-engine --auto`",
+        "notes": state.notes,
+    }
+
+
+def _status_text(data: dict[str, Any]) -> str:
+    service = data["service"]
+    state = ("active" if service["active"] else "inactive") + (
+        ", enabled" if service["enabled"] else ", disabled"
+    )
+    engine = data["engine"] or "none"
+    if data["engine"]:
+        engine += f" ({data['runtime']} on {data['device']}, {data['quantization']})"
+        if data["forced"]:
+            engine += " [forced]"
+    lines = [
+        f"model:        {data['model']}",
+        f"engine:       {engine}",
+        f"service:      {service['name']} ({state})",
+        f"endpoint:     {data['endpoint']}",
+        f"context-size: {data['context-size']}",
+    ]
+    if data["engine"] and service["enabled"] and not service["active"]:
+        lines.append(
+            "The service is enabled but not running: it may still be starting, or it failed "
+            "(see the service log)."
+        )
+    if data["problem"]:
+        lines.append("")
+        lines.extend(data["problem"].splitlines())
+    for note in data["notes"]:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)
+
+
+@cli.command()
+@JSON_OPT
+def status(as_json: bool) -> None:
+    """Engine, device, service state, endpoint, model id and context size."""
+    data = status_data(Context.load())
+    if as_json:
+        _emit(data)
+    else:
+        click.echo(_status_text(data))
+
+
+# engines -----------------------------------------------------------------------------------
+def _fit(cand: Candidate) -> str:
+    mem = cand.memory
+    if mem is None or mem.available is None:
+        return "unknown"
+    return "yes" if mem.required <= mem.available else "no"
+
+
+def engine_rows(ctx: Context, decision: Decision) -> list[dict[str, Any]]:
+    """One row per engine of the snap, in manifest order."""
+    active = decision.selected.engine if decision.selected else None
+    rows = []
+    for engine in ctx.manifest.engines:
+        cand = decision.candidate(engine.name)
+        rows.append(
+            {
+                "engine": engine.name,
+                "runtime": engine.runtime,
+                "device": cand.device if cand else None,
+                "quantization": cand.quantization if cand else None,
+                "compatible": bool(cand and cand.compatible),
+                "fit": _fit(cand) if cand else "unknown",
+                "rank": cand.rank if cand else None,
+                "active": engine.name == active,
+                "summary": engine.summary,
+            }
+        )
+    return rows
+
+
+@cli.command()
+@JSON_OPT
+def engines(as_json: bool) -> None:
+    """Every engine with runtime, device, quantization, compatibility, fit, rank; * = active."""
+    ctx = Context.load()
+    rows = engine_rows(ctx, ctx.require_decision())
+    if as_json:
+        _emit(rows)
+        return
+    table = [("", "ENGINE", "RUNTIME", "DEVICE", "QUANT", "COMPATIBLE", "FIT", "RANK")]
+    for r in rows:
+        table.append(
+            (
+                "*" if r["active"] else "",
+                r["engine"],
+                r["runtime"],
+                r["device"] or "-",
+                r["quantization"] or "-",
+                "yes" if r["compatible"] else "no",
+                r["fit"],
+                str(r["rank"]) if r["rank"] is not None else "-",
+            )
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+@cli.command("show-engine")
+@click.argument("name")
+@JSON_OPT
+def show_engine(name: str, as_json: bool) -> None:
+    """One engine: what it needs, the verdicts here, its components."""
+    ctx = Context.load()
+    engine = ctx.manifest.engine(name)
+    if engine is None:
+        raise UsageError(
+            f"no engine named {name!r} in this snap",
+            resolution=f"Engines: {', '.join(e.name for e in ctx.manifest.engines)}.",
+        )
+    decision = ctx.require_decision()
+    cand = decision.candidate(name)
+    comps = components_for(ctx.manifest, name)
+    data: dict[str, Any] = {
+        "engine": name,
+        "summary": engine.summary,
+        "runtime": engine.runtime,
+        "artifact": engine.artifact,
+        "experimental": engine.experimental,
+        "active": bool(decision.selected and decision.selected.engine == name),
+        "components": {c: ctx.env.component_dir(c).exists() for c in comps},
+        "candidate": cand.to_data() if cand else None,
+    }
+    if as_json:
+        _emit(data)
+        return
+    click.echo(f"{name}: {engine.summary}")
+    click.echo(f"  runtime:    {engine.runtime}")
+    click.echo(f"  artifact:   {engine.artifact}")
+    click.echo(f"  active:     {'yes' if data['active'] else 'no'}")
+    for comp, present in data["components"].items():
+        click.echo(f"  component:  {comp} ({'installed' if present else 'not installed'})")
+    if cand:
+        click.echo(f"  compatible: {'yes' if cand.compatible else 'no'}")
+        for reason in cand.reasons:
+            click.echo(f"    - {reason}")
+
+
+@cli.command()
+@JSON_OPT
+def why(as_json: bool) -> None:
+    """The recorded decision: the winner, every candidate and the reasons."""
+    ctx = Context.load()
+    decision = ctx.require_decision()
+    state = ctx.state()
+    if as_json:
+        _emit({"decision": decision.to_data(), "notes": state.notes, "problem": state.problem})
+        return
+    if decision.selected:
+        click.echo(f"selected: {decision.selected.engine}: {decision.selected.why}")
+    else:
+        click.echo("selected: none")
+    for cand in decision.candidates:
+        rank = f"rank {cand.rank}" if cand.rank else "incompatible"
+        click.echo(f"{cand.engine} ({cand.runtime}, {rank}):")
+        for reason in cand.reasons:
+            click.echo(f"  - {reason}")
+    for note in state.notes:
+        click.echo(f"note: {note}")
+
+
+@cli.command("show-machine")
+@JSON_OPT
+def show_machine(as_json: bool) -> None:
+    """What the prober sees on this machine."""
+    ctx = Context.load()
+    host, notes, _ = probe_host(ctx)
+    if as_json:
+        click.echo(host.to_json())
+        return
+    for cpu in host.cpus:
+        click.echo(
+            f"cpu:    {cpu.model_name or cpu.vendor or '?'} ({cpu.architecture}, "
+            f"{cpu.threads or '?'} threads, {cpu.x86_64_level or '-'})"
+        )
+    mem = host.memory
+    click.echo(f"memory: {_gib(mem.total)} total, {_gib(mem.available)} available")
+    for gpu in host.gpus:
+        click.echo(f"gpu:    {gpu.vendor} {gpu.name or ''} vram {_gib(gpu.vram)}")
+    for npu in host.npus:
+        click.echo(f"npu:    {npu.vendor} {npu.name or ''}")
+    for warning in host.warnings:
+        click.echo(f"warning: {warning.message}")
+    for note in notes:
+        click.echo(f"note: {note}")
+
+
+def _gib(value: int | None) -> str:
+    return "unknown" if value is None else f"{value / 2**30:.1f} GiB"
+
+
+# use-engine --------------------------------------------------------------------------------
+@cli.command("use-engine")
+@click.argument("name", required=False)
+@click.option("--auto", is_flag=True, help="Let the selector choose again.")
+@click.option("--force", is_flag=True, help="Use an engine the selector rejects.")
+@click.option("--assume-yes", "-y", is_flag=True, help="Do not ask (for scripts).")
+def use_engine(name: str | None, auto: bool, force: bool, assume_yes: bool) -> None:
+    """Switch to engine NAME, or re-select with --auto. Asks before installing or restarting."""
+    if bool(name) == auto:
+        raise UsageError(
+            "give an engine name or --auto (not both)",
+            resolution=f"e.g. `{_prog()} use-engine --auto`",
+        )
+    ctx = Context.load()
+    before = ctx.decision()
+    active = before.selected.engine if before and before.selected else None
+    stored = ctx.stored()
+    if auto:
+        stored.pop("engine", None)
+        host, notes, only_cpu = probe_host(ctx)
+        decision, state = select(ctx.manifest, host, only_cpu=only_cpu), State(notes=notes)
+        settings = ctx.settings(stored, decision)
+        problems = config.validate(
+            settings, ctx.manifest, candidate_for(decision), own_port=ctx.own_port()
+        )
+        hooks.reject(problems)
+    else:
+        assert name is not None
+        stored["engine"] = name
+        decision, new_state, settings = hooks.plan(ctx, stored, force=force)
+        state = new_state or ctx.state()
+    target = decision.selected.engine if decision.selected else None
+    if target == active and not (auto and ctx.stored().get("engine")):
+        click.echo(f"{active or 'no engine'} is already active; nothing to do.")
+        return
+    steps = _plan_steps(ctx, active, target, decision)
+    click.echo("This will:")
+    for step in steps:
+        click.echo(f"  - {step}")
+    if not assume_yes and not _confirm():
+        click.echo("Nothing changed.")
+        raise SystemExit(1)
+    if auto:
+        ctx.snapctl.unset("engine")
+    else:
+        ctx.snapctl.set({"engine": name})
+    hooks.activate(ctx, decision, state)
+    click.echo(f"Now using {target}." if target else "No engine fits; the server is stopped.")
+
+
+def _plan_steps(
+    ctx: Context, active: str | None, target: str | None, decision: Decision
+) -> list[str]:
+    service = ctx.snapctl.service(ctx.env.service)
+    if target is None:
+        return ["stop and disable the server: no engine fits this machine"]
+    sel = decision.selected
+    assert sel is not None
+    steps = [f"switch from {active or 'no engine'} to {target} ({sel.runtime} on {sel.device})"]
+    missing = missing_components(ctx, target)
+    if missing:
+        steps.append(f"install components: {', '.join(missing)}")
+    steps.append("restart the server" if service.active else "start the server")
+    return steps
+
+
+def _confirm() -> bool:
+    try:
+        return click.confirm("Continue?", default=False)
+    except click.exceptions.Abort:
+        click.echo("")
+        return False
+
+
+# settings ----------------------------------------------------------------------------------
+@cli.command()
+@click.argument("keys", nargs=-1)
+@JSON_OPT
+def get(keys: tuple[str, ...], as_json: bool) -> None:
+    """Show settings (all when no KEY is given); values not set show their defaults."""
+    ctx = Context.load()
+    data = ctx.settings().to_data()
+    flat = {k: v for k, v in data.items() if k != "env"}
+    flat.update({f"env.{k}": v for k, v in data["env"].items()})
+    if keys:
+        wanted = [_display_key(config.normalize_key(k)) for k in keys]
+        flat = {k: flat.get(k) for k in wanted}
+    if as_json:
+        _emit(flat)
+        return
+    for key, value in flat.items():
+        click.echo(f"{key}={'' if value is None else value}")
+
+
+def _display_key(key: str) -> str:
+    """Show env options as the variable the runtime sees (env.OMP_NUM_THREADS)."""
+    return f"env.{config.env_option_to_var(key[4:])}" if key.startswith("env.") else key
+
+
+@cli.command("set")
+@click.argument("assignments", nargs=-1, required=True)
+def set_cmd(assignments: tuple[str, ...]) -> None:
+    """Set KEY=VALUE settings; all are checked first, and none is applied if one is wrong."""
+    ctx = Context.load()
+    changes = dict(config.parse_assignment(a) for a in assignments)
+    stored = {**ctx.stored(), **changes}
+    decision, new_state, settings = hooks.plan(ctx, stored)
+    ctx.snapctl.set(changes)
+    hooks.apply(ctx, decision, new_state, settings)
+    click.echo(f"Set {', '.join(changes)}.")
+
+
+@cli.command()
+@click.argument("keys", nargs=-1, required=True)
+def unset(keys: tuple[str, ...]) -> None:
+    """Return settings to their defaults."""
+    ctx = Context.load()
+    names = [config.normalize_key(k) for k in keys]
+    stored = {k: v for k, v in ctx.stored().items() if k not in names}
+    decision, new_state, settings = hooks.plan(ctx, stored)
+    ctx.snapctl.unset(*names)
+    hooks.apply(ctx, decision, new_state, settings)
+    click.echo(f"Unset {', '.join(names)}.")
+
+
+# chat --------------------------------------------------------------------------------------
+@cli.command()
+@click.option("--max-tokens", type=int, default=None, help="Limit each answer's length.")
+def chat(max_tokens: int | None) -> None:
+    """Chat with the model through the local API (one message per line when piped)."""
+    from snaps.chat import base_url, run_chat
+
+    ctx = Context.load()
+    settings = ctx.settings()
+    run_chat(base_url(settings.host, settings.port), ctx.manifest.name, max_tokens=max_tokens)
+
+
+# what snapd runs ---------------------------------------------------------------------------
+@cli.command(hidden=True)
+@click.argument("name", type=click.Choice(sorted(hooks.HOOKS)))
+def hook(name: str) -> None:
+    """Run a snap hook (the rendered snap/hooks scripts exec this)."""
+    hooks.run_hook(name)
+
+
+@cli.command(hidden=True)
+def daemon() -> None:
+    """Run the API server for the recorded engine (the snap's server app)."""
+    from snaps.daemon import run
+
+    run()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point for `inference-snap` (the snap's `<snap>` command)."""
+    sys.exit(run_cli(cli, argv, prog_name=_prog()))
+
+
+if __name__ == "__main__":
+    main()
