@@ -99,6 +99,21 @@ class ArtifactFile(KebabModel):
             raise ValueError("sha256 must be 64 lowercase hexadecimal characters")
         return v
 
+    @model_validator(mode="after")
+    def _shards_cover_file(self) -> ArtifactFile:
+        # The Store refuses components over its size limit, so a big file ships in shards.
+        if self.size > STORE_COMPONENT_LIMIT and not self.shards:
+            raise ValueError(
+                f"the file is {self.size} bytes, over the Store's {STORE_COMPONENT_LIMIT}-byte "
+                "component limit: list its shards (url, sha256, size of each piece)"
+            )
+        if self.shards and sum(s.size for s in self.shards) != self.size:
+            raise ValueError(
+                f"the shards add up to {sum(s.size for s in self.shards)} bytes, "
+                f"not the file's size {self.size}"
+            )
+        return self
+
     @field_validator("path")
     @classmethod
     def _path(cls, v: str) -> str:
@@ -204,6 +219,9 @@ class Manifest(KebabModel):
     architectures: tuple[Architecture, ...] = Field(min_length=1)
     default_port: int = Field(default=8080, ge=1, le=65535)
     default_context_size: int = Field(default=4096, gt=0)
+    # the smallest context worth serving: the selector steps a context down to fit memory,
+    # never below this (an engine's own min-context-size wins)
+    min_context_size: int = Field(default=512, gt=0)
     model: ModelFacts
     artifacts: tuple[Artifact, ...] = Field(min_length=1)
     engines: tuple[Engine, ...] = Field(min_length=1)

@@ -1,0 +1,171 @@
+"""How much memory a model needs at a context size: weights + KV cache + compute + overhead.
+
+The KV cache is the part that grows with the context and the one that makes a model that
+"fits" on disk run out of memory: 2 (K and V) x layers x KV heads x head size x context x bytes
+per element, with sliding-window layers (Gemma 2/3) holding only their window. Compute buffers
+and runtime overhead are small but not zero; their constants are data
+(``snapbuild/data/estimate.yaml``), calibrated by ``benchmarks/memory_fit.py`` against what
+llama-cpp-python really adds to the process.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+from pydantic import Field
+
+from hwprobe.profile import KebabModel
+from snapbuild.manifest import ModelFacts
+
+Family = str  # "llama.cpp", "openvino", "onnxruntime"
+
+
+@cache
+def _data(name: str) -> dict[str, Any]:
+    text = resources.files("snapbuild").joinpath("data", name).read_text(encoding="utf-8")
+    loaded: dict[str, Any] = yaml.safe_load(text)
+    return loaded
+
+
+@cache
+def quantization_table() -> dict[str, float]:
+    """Quantization name -> bits per weight (``snapbuild/data/quantization.yaml``)."""
+    table = _data("quantization.yaml")["quantizations"]
+    return {name: float(entry["bits"]) for name, entry in table.items()}
+
+
+def quantization_bits(name: str) -> float:
+    """Bits per weight of a quantization; 0 for an unknown name (ranks it last)."""
+    return quantization_table().get(name, 0.0)
+
+
+def headroom_fraction() -> float:
+    """The safety margin the selector adds on top of an estimate."""
+    return float(_data("estimate.yaml")["headroom-fraction"])
+
+
+def family_constants(family: Family) -> dict[str, Any]:
+    """The calibrated constants of one runtime family."""
+    families: dict[str, Any] = _data("estimate.yaml")["families"]
+    return dict(families.get(family) or families["llama.cpp"])
+
+
+class ModelShape(KebabModel):
+    """What the estimate depends on: the attention layout and the weight bytes."""
+
+    architecture: str
+    kind: str = "chat"
+    layers: int = Field(gt=0)
+    attention_heads: int = Field(gt=0)
+    kv_heads: int = Field(gt=0)
+    key_size: int = Field(gt=0)
+    value_size: int = Field(gt=0)
+    embedding_size: int | None = None
+    feed_forward_size: int | None = None
+    vocab_size: int | None = None
+    context_length: int | None = None
+    sliding_window: int | None = None
+    sliding_window_layers: int = 0
+    weights: int = Field(ge=0)  # bytes of weights as loaded
+
+
+class Breakdown(KebabModel):
+    """An estimate in bytes; ``total`` is the sum, before any headroom."""
+
+    total: int
+    weights: int
+    kv_cache: int
+    compute: int
+    overhead: int
+    context_size: int
+
+
+def shape_from_facts(facts: ModelFacts, weights: int) -> ModelShape | None:
+    """A shape from a manifest's facts, or None when they are too thin for an estimate."""
+    heads = facts.attention_heads
+    layers = facts.layers
+    if layers is None or heads is None:
+        return None
+    head_size = facts.head_size or (facts.embedding_size // heads if facts.embedding_size else None)
+    if head_size is None:
+        return None
+    return ModelShape(
+        architecture=facts.architecture,
+        kind=facts.kind,
+        layers=layers,
+        attention_heads=heads,
+        kv_heads=facts.kv_heads or heads,
+        key_size=head_size,
+        value_size=head_size,
+        embedding_size=facts.embedding_size,
+        vocab_size=facts.vocab_size,
+        context_length=facts.context_length,
+        sliding_window=facts.sliding_window,
+        sliding_window_layers=facts.sliding_window_layers or 0,
+        weights=weights,
+    )
+
+
+def padded_context(context_size: int, family: Family) -> int:
+    """The context the runtime really allocates (llama.cpp pads it)."""
+    pad = int(family_constants(family)["context-padding"])
+    return math.ceil(context_size / pad) * pad
+
+
+def kv_cache_bytes(shape: ModelShape, context_size: int, family: Family = "llama.cpp") -> int:
+    """K and V for every layer; sliding-window layers hold their window plus one batch."""
+    consts = family_constants(family)
+    per_elem = float(consts["kv-bytes-per-element"])
+    if per_elem == 0 or shape.kind == "embeddings":
+        return 0
+    ctx = padded_context(context_size, family)
+    swa = min(shape.sliding_window_layers, shape.layers) if shape.sliding_window else 0
+    window_ctx = ctx
+    if swa and shape.sliding_window:
+        pad = int(consts["context-padding"])
+        window_ctx = min(ctx, math.ceil((shape.sliding_window + int(consts["ubatch"])) / pad) * pad)
+    per_token_layer = shape.kv_heads * (shape.key_size + shape.value_size) * per_elem
+    cells = (shape.layers - swa) * ctx + swa * window_ctx
+    return int(per_token_layer * cells)
+
+
+def compute_bytes(shape: ModelShape, context_size: int, family: Family = "llama.cpp") -> int:
+    """Scratch buffers: logits, activations of one batch, attention scores."""
+    consts = family_constants(family)
+    c = consts["compute"]
+    ubatch = int(consts["ubatch"])
+    ctx = padded_context(context_size, family)
+    embd = shape.embedding_size or shape.attention_heads * shape.key_size
+    ff = shape.feed_forward_size or 4 * embd
+    logits = int(c["logits-rows"]) * (shape.vocab_size or 0) * 4
+    activations = ubatch * (embd * float(c["activation-bytes-per-embd"]))
+    activations += ubatch * (ff * float(c["activation-bytes-per-ff"]))
+    keys = ctx if shape.kind != "embeddings" else min(ctx, ubatch)
+    scores = (
+        ubatch * shape.attention_heads * keys * float(c["score-bytes"]) * float(c["score-fraction"])
+    )
+    return int(logits + activations + scores)
+
+
+def estimate(shape: ModelShape, context_size: int, family: Family = "llama.cpp") -> Breakdown:
+    """The memory ``shape`` needs at ``context_size`` on a runtime of ``family``."""
+    kv = kv_cache_bytes(shape, context_size, family)
+    compute = compute_bytes(shape, context_size, family)
+    overhead = int(family_constants(family)["overhead"])
+    return Breakdown(
+        total=shape.weights + kv + compute + overhead,
+        weights=shape.weights,
+        kv_cache=kv,
+        compute=compute,
+        overhead=overhead,
+        context_size=context_size,
+    )
+
+
+def with_headroom(total: int) -> int:
+    """What the selector asks the host for: the estimate plus the safety margin."""
+    return int(math.ceil(total * (1.0 + headroom_fraction())))

