@@ -1,0 +1,127 @@
+"""One generation at a time per engine, in arrival order, cancellable between tokens.
+
+Runtimes hold one model context that is not safe to share between threads, and running two
+generations at once on a CPU only makes both slower. So every request goes through
+:class:`EngineQueue`: an ``asyncio.Lock`` (whose waiters are woken first-come first-served, the
+fairness the API promises), one worker thread that drives the adapter's blocking iterator, and a
+``threading.Event`` per request that the worker checks between tokens. The lock is released by
+the worker's completion callback, not by the consumer, so a client that vanishes mid-stream
+cannot let the next request start while its generation is still running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncGenerator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+_END = object()
+
+
+@dataclass
+class _Failure:
+    error: BaseException
+
+
+class EngineQueue:
+    """Serialises work on one adapter and counts what happened to each request."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
+        self.queued = 0
+        self.active = 0
+        self.completed = 0
+        self.cancelled = 0
+        self.failed = 0
+
+    def stats(self) -> dict[str, int]:
+        """The counters, for /health."""
+        return {
+            "active": self.active,
+            "queued": self.queued,
+            "completed": self.completed,
+            "cancelled": self.cancelled,
+            "failed": self.failed,
+        }
+
+    async def _acquire(self) -> None:
+        self.queued += 1
+        try:
+            await self._lock.acquire()
+        finally:
+            self.queued -= 1
+        self.active += 1
+
+    def _finish(self, outcome: list[str]) -> Callable[[Any], None]:
+        def done(_: Any) -> None:
+            kind = outcome[0] if outcome else "failed"
+            setattr(self, kind, getattr(self, kind) + 1)
+            self.active -= 1
+            self._lock.release()
+
+        return done
+
+    async def call(self, work: Callable[[], T]) -> T:
+        """Run one blocking call (an embedding batch, a warm-up) in turn."""
+        await self._acquire()
+        outcome: list[str] = []
+
+        def run() -> T:
+            try:
+                result = work()
+            except BaseException:
+                outcome.append("failed")
+                raise
+            outcome.append("completed")
+            return result
+
+        future = asyncio.get_running_loop().run_in_executor(self._executor, run)
+        future.add_done_callback(self._finish(outcome))
+        return await asyncio.shield(future)
+
+    async def stream(
+        self, start: Callable[[threading.Event], Iterator[T]], cancel: threading.Event
+    ) -> AsyncGenerator[T, None]:
+        """Yield what ``start(cancel)`` yields, produced in the worker thread.
+
+        Setting ``cancel`` (or closing this async iterator) stops the worker at the next item.
+        Exceptions raised by ``start`` or the iterator are re-raised here.
+        """
+        await self._acquire()
+        loop = asyncio.get_running_loop()
+        items: asyncio.Queue[Any] = asyncio.Queue()
+        outcome: list[str] = []
+
+        def work() -> None:
+            try:
+                for item in start(cancel):
+                    loop.call_soon_threadsafe(items.put_nowait, item)
+                    if cancel.is_set():
+                        outcome.append("cancelled")
+                        break
+                else:
+                    outcome.append("completed")
+            except BaseException as exc:  # handed to the consumer, never lost in the thread
+                outcome.append("failed")
+                loop.call_soon_threadsafe(items.put_nowait, _Failure(exc))
+            finally:
+                loop.call_soon_threadsafe(items.put_nowait, _END)
+
+        future = loop.run_in_executor(self._executor, work)
+        future.add_done_callback(self._finish(outcome))
+        try:
+            while (item := await items.get()) is not _END:
+                if isinstance(item, _Failure):
+                    raise item.error
+                yield item
+        finally:
+            cancel.set()  # a consumer that stops early (disconnect) stops the worker too
+
+    def shutdown(self) -> None:
+        """Stop the worker thread once the current job ends."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
