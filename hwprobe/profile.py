@@ -95,6 +95,9 @@ class GpuFacts(KebabModel):
     unified_memory: bool = False  # the GPU addresses system RAM as its own (APUs, iGPUs)
     vram: int | None = None  # bytes of dedicated memory; None when unknown
     vram_free: int | None = None
+    # Integrated GPUs: bytes of system RAM the driver lets the GPU address (OpenCL's global
+    # memory), None when unknown. Not VRAM: it is the same RAM the CPU and the model share.
+    shared_memory: int | None = None
     compute_capability: str | None = None  # NVIDIA, "8.9"
     gfx: str | None = None  # AMD, "gfx1032"
     driver_version: str | None = None
@@ -181,8 +184,8 @@ class HostProfile(KebabModel):
     @property
     def threads(self) -> int | None:
         """Logical CPUs in total, None when unknown."""
-        counts = [c.threads for c in self.cpus]
-        return sum(counts) if counts and all(n is not None for n in counts) else None  # type: ignore[misc]
+        counts = [c.threads for c in self.cpus if c.threads is not None]
+        return sum(counts) if counts and len(counts) == len(self.cpus) else None
 
     def to_json(self, *, indent: int | None = 2) -> str:
         """The profile as JSON with kebab-case keys (what ``hwprobe --json`` prints)."""
