@@ -89,7 +89,9 @@ def choose(ctx: Context, *, pinned: str | None) -> tuple[Decision, State]:
 
 def install(ctx: Context) -> None:
     """Probe, select, record, install components, set defaults, start only if something fits."""
-    decision, state = choose(ctx, pinned=None)
+    # an `engine` preset (gadget defaults, or `snapbuild try --engine`) is honoured when it fits
+    pinned = ctx.stored().get("engine")
+    decision, state = choose(ctx, pinned=str(pinned) if pinned else None)
     for note in state.notes:
         say(note)
     if decision.selected is not None:

@@ -195,12 +195,30 @@ def _alive(record: dict[str, Any]) -> bool:
     return _start_time(int(pid)) == record.get("start-time")
 
 
+_VAR_RE = re.compile(r"\$(?:\{(\w+)(?::([+-])((?:[^{}]|\{[^{}]*\})*))?\}|(\w+))")
+
+
+def expand(value: str, env: dict[str, str]) -> str:
+    """Expand $VAR, ${VAR}, ${VAR:+word} and ${VAR:-word} as a shell would (unset: empty)."""
+
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(4)
+        current = env.get(name, "")
+        if match.group(2) == "+":
+            return expand(match.group(3), env) if current else ""
+        if match.group(2) == "-":
+            return current or expand(match.group(3), env)
+        return current
+
+    return _VAR_RE.sub(one, value)
+
+
 def _environment(app: dict[str, Any]) -> dict[str, str]:
     """The daemon's environment: the caller's snap variables plus snap.yaml's ``environment``."""
     env = dict(os.environ)
     for source in (_snap_yaml().get("environment") or {}, app.get("environment") or {}):
         for key, value in source.items():
-            env[key] = os.path.expandvars(str(value))
+            env[key] = expand(str(value), env)
     return env
 
 
