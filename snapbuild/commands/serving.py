@@ -1,0 +1,148 @@
+"""``snapbuild serve`` and ``snapbuild fetch``: thin commands over the server and the cache."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from hwprobe.profile import HostProfile
+from snapbuild.errors import NoEngineError, UsageError
+from snapbuild.manifest import Manifest
+
+
+def _port(value: str) -> int | str:
+    if value == "auto":
+        return value
+    if value.isdigit() and 0 < int(value) < 65536:
+        return int(value)
+    raise UsageError(
+        f"--port {value!r} is not a port",
+        resolution="give a number from 1 to 65535, or 'auto' for the next free port",
+    )
+
+
+def _threads(host: HostProfile) -> int | None:
+    """Physical cores (llama.cpp runs fastest with one thread per core), else logical CPUs."""
+    cores = [c.cores for c in host.cpus]
+    if cores and all(n for n in cores):
+        return sum(n for n in cores if n)
+    return host.threads
+
+
+def _choose_engine(
+    manifest: Manifest, host: HostProfile, engine: str | None
+) -> tuple[str, int | None]:
+    """The engine to serve and the context size the selector chose for it (None: default)."""
+    try:
+        from snapbuild.selector import select
+    except ImportError:
+        if engine is None:
+            raise UsageError(
+                "the selector is not available in this installation",
+                resolution="name the engine with --engine",
+            ) from None
+        return engine, None
+    if engine is not None and manifest.engine(engine) is None:
+        raise UsageError(
+            f"the manifest {manifest.name!r} has no engine {engine!r}",
+            resolution="use one of: " + ", ".join(e.name for e in manifest.engines),
+        )
+    decision = select(manifest, host, engine=engine)
+    if decision.selected is None:
+        blockers = [
+            f"{c.engine}: {'; '.join(c.blockers) or 'not compatible'}" for c in decision.candidates
+        ]
+        raise NoEngineError(
+            f"no engine of {manifest.name} fits this machine",
+            details="\n".join(blockers),
+            resolution=f"see `snapbuild why-not {manifest.name}`, or force one with --engine",
+        )
+    return decision.selected.engine, decision.selected.context_size
+
+
+@click.command("serve")
+@click.argument("model")
+@click.option("--engine", "engine", default=None, help="Serve this engine instead of selecting.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    "port_text",
+    default=None,
+    help="Port, or 'auto' for the next free one (default: the manifest's default port).",
+)
+@click.option("--context-size", type=click.IntRange(min=16), default=None, help="Context tokens.")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads.")
+def serve_cmd(
+    model: str,
+    engine: str | None,
+    host: str,
+    port_text: str | None,
+    context_size: int | None,
+    threads: int | None,
+) -> None:
+    """Serve MODEL's OpenAI-compatible API on this machine (selecting the engine)."""
+    import hwprobe
+    from runtimes.server import run
+    from snapbuild.artifacts import locate
+    from snapbuild.manifest_loader import load_manifest
+
+    manifest = load_manifest(model)
+    port = _port(port_text) if port_text else manifest.default_port
+    profile = hwprobe.probe()
+    engine_name, selected_context = _choose_engine(manifest, profile, engine)
+    chosen = manifest.engine(engine_name)
+    assert chosen is not None
+    artifact = manifest.artifact(chosen.artifact)
+    path = locate(manifest, artifact)
+    if path is None:
+        raise UsageError(
+            f"the {artifact.name} artifact of {manifest.name} is not on this machine",
+            resolution=f"download it with: snapbuild fetch {model} --engine {engine_name}",
+        )
+
+    def listening(bound_host: str, bound_port: int) -> None:
+        click.echo(
+            f"Serving {manifest.name} with engine {engine_name} ({chosen.runtime}) on "
+            f"http://{bound_host}:{bound_port}/v1 (health: /health)",
+            err=True,
+        )
+
+    run(
+        manifest,
+        engine_name,
+        host=host,
+        port=port,
+        context_size=context_size or selected_context,
+        threads=threads or _threads(profile),
+        artifact_path=path,
+        on_listening=listening,
+    )
+
+
+@click.command("fetch")
+@click.argument("model")
+@click.option("--engine", "engine", default=None, help="Fetch this engine's artifact.")
+@click.option("--json", "as_json", is_flag=True, help="Print where the files are, as JSON.")
+def fetch_cmd(model: str, engine: str | None, as_json: bool) -> None:
+    """Download MODEL's artifact for an engine into the cache (resumable, verified)."""
+    from snapbuild.artifacts import engine_artifact, fetch, tqdm_progress
+    from snapbuild.manifest_loader import load_manifest
+
+    manifest = load_manifest(model)
+    if engine is None and len({e.artifact for e in manifest.engines}) > 1:
+        engine, _ = _choose_engine(manifest, _probe(), None)
+    artifact = engine_artifact(manifest, engine)
+    results = fetch(manifest, artifact, progress=None if as_json else tqdm_progress)
+    if as_json:
+        data = [{"path": str(r.path), "action": r.action} for r in results]
+        click.echo(json.dumps({"artifact": artifact.name, "files": data}, indent=2))
+        return
+    for result in results:
+        click.echo(f"{result.action}: {result.path}")
+
+
+def _probe() -> HostProfile:
+    import hwprobe
+
+    return hwprobe.probe()
