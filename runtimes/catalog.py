@@ -9,15 +9,53 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import yaml
+from pydantic import Field
 
 from hwprobe.profile import KebabModel
 
 CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
 
 Capability = Literal["chat", "completion", "embeddings"]
+DeviceClass = Literal["cpu", "gpu", "npu"]
+
+
+class NativeBuild(KebabModel):
+    """A native library built from a pinned upstream release with snapcraft's cmake plugin."""
+
+    source: str  # git URL of the upstream project
+    source_tag: str  # a release tag, never a branch: builds must be reproducible
+    cmake_parameters: tuple[str, ...] = ()
+    build_packages: tuple[str, ...] = ()
+    stage_packages: tuple[str, ...] = ()
+
+
+class PythonBuild(KebabModel):
+    """Python packages installed with snapcraft's python plugin, each pinned to one version."""
+
+    python_packages: tuple[str, ...] = Field(min_length=1)
+    build_environment: dict[str, str] = Field(default_factory=dict)
+    build_packages: tuple[str, ...] = ()
+    stage_packages: tuple[str, ...] = ()
+
+
+class BuildRecipe(KebabModel):
+    """How the builder turns a runtime into the parts of its snap component."""
+
+    native: NativeBuild | None = None
+    python: PythonBuild | None = None
+
+
+class Variant(KebabModel):
+    """A named group of engines built into one snap (``snapbuild make --variant NAME``)."""
+
+    name: str
+    summary: str
+    devices: tuple[DeviceClass, ...] = Field(min_length=1)
+    vendors: tuple[str, ...] = ()  # for gpu/npu runtimes: keep those driving one of these
+    cpu_fallback: bool = False  # also keep the CPU engines
 
 
 class RuntimeEntry(KebabModel):
@@ -25,7 +63,7 @@ class RuntimeEntry(KebabModel):
 
     id: str
     family: Literal["llama.cpp", "openvino", "onnxruntime"]
-    device: Literal["cpu", "gpu", "npu"]
+    device: DeviceClass
     gpu_vendors: tuple[str, ...] = ()
     npu_vendors: tuple[str, ...] = ()
     formats: tuple[Literal["gguf", "openvino-ir", "onnx"], ...]
@@ -33,7 +71,17 @@ class RuntimeEntry(KebabModel):
     capabilities: tuple[Capability, ...]
     component: str  # the snap component holding this runtime build
     interfaces: tuple[str, ...] = ()  # snap interfaces the runtime needs beyond the base set
-    build: dict[str, Any] | None = None  # the builder's part recipe (see templates/)
+    architectures: tuple[str, ...] = ()  # where it builds and runs; empty: everywhere
+    build: BuildRecipe | None = None  # the builder's part recipe (snapbuild.build)
+
+    def supports(self, architecture: str) -> bool:
+        """Whether this runtime builds and runs on ``architecture``."""
+        return not self.architectures or architecture in self.architectures
+
+    @property
+    def vendors(self) -> tuple[str, ...]:
+        """The GPU or NPU vendors this runtime drives (empty for CPU runtimes)."""
+        return self.npu_vendors if self.device == "npu" else self.gpu_vendors
 
 
 class RuntimeCatalog(KebabModel):
@@ -41,6 +89,8 @@ class RuntimeCatalog(KebabModel):
 
     schema_version: Literal[1] = 1
     runtimes: tuple[RuntimeEntry, ...]
+    plug_definitions: dict[str, dict[str, str]] = Field(default_factory=dict)
+    variants: tuple[Variant, ...] = ()
 
     def get(self, runtime_id: str) -> RuntimeEntry | None:
         """The entry for ``runtime_id``, or None when the id is unknown."""
@@ -50,6 +100,10 @@ class RuntimeCatalog(KebabModel):
     def ids(self) -> tuple[str, ...]:
         """Every known runtime id, in table order."""
         return tuple(r.id for r in self.runtimes)
+
+    def variant(self, name: str) -> Variant | None:
+        """The build variant called ``name``, or None."""
+        return next((v for v in self.variants if v.name == name), None)
 
 
 @cache

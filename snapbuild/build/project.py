@@ -1,0 +1,265 @@
+"""The snapcraft.yaml of a plan, as plain Python data.
+
+Building the project as data (and serializing it with ``yaml.safe_dump``) is what makes a
+hostile manifest harmless: a title holding a newline, a colon or ``---`` is one YAML string, it
+cannot add or remove a key. The fixed parts come from ``templates/snap/skeleton.yaml``; the
+runtime parts come from the catalog's ``build`` recipes.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from runtimes.catalog import NativeBuild, PythonBuild, RuntimeCatalog
+from snapbuild.build.plan import SPLIT_SIZE, BuildPlan, ComponentPlan, Piece, download_name
+from snapbuild.errors import UsageError
+from snapbuild.manifest import Manifest
+from snapbuild.paths import templates_dir
+
+# core24's python3; the python plugin installs packages into this venv directory.
+PYTHON_SITE_PACKAGES = "lib/python3.12/site-packages"
+# Where an installed runtime component keeps its Python packages (the snaps side reads this).
+COMPONENT_SITE_PACKAGES = "lib/python3/site-packages"
+SUMMARY_LIMIT = 78
+GRADES = ("stable", "devel")
+
+
+@cache
+def skeleton(path: Path) -> dict[str, Any]:
+    """The fixed parts of every project (cached; callers get a deep copy)."""
+    with path.open(encoding="utf-8") as fh:
+        data: dict[str, Any] = yaml.safe_load(fh)
+    return data
+
+
+def project_data(
+    manifest: Manifest,
+    plan: BuildPlan,
+    catalog: RuntimeCatalog,
+    *,
+    source: str,
+    grade: str | None = None,
+    sideload: bool = False,
+) -> dict[str, Any]:
+    """snapcraft.yaml for ``plan`` as data, ready for ``yaml.safe_dump``."""
+    if manifest.base != "core24":
+        raise UsageError(
+            f"{manifest.name!r} asks for base {manifest.base}, but the builder emits core24 "
+            "projects (components and the GPU/NPU content interfaces need it)",
+            resolution="set `base: core24` in the manifest",
+        )
+    fixed = copy.deepcopy(skeleton(templates_dir() / "snap" / "skeleton.yaml"))
+    data: dict[str, Any] = {
+        "name": manifest.name,
+        "title": manifest.title,
+        "version": manifest.version,
+        "summary": manifest.summary,
+        "description": manifest.description,
+        "license": manifest.license,
+        "base": fixed.pop("base"),
+        "confinement": fixed.pop("confinement"),
+        "grade": _grade(manifest, plan, grade),
+        "compression": fixed.pop("compression"),
+        "assumes": fixed.pop("assumes"),
+        "platforms": {a: {"build-on": [a], "build-for": [a]} for a in plan.architectures},
+    }
+    device_plugs = _device_plugs(plan)
+    plug_defs = {
+        p: dict(catalog.plug_definitions[p]) for p in device_plugs if p in catalog.plug_definitions
+    }
+    if plug_defs:
+        data["plugs"] = plug_defs
+    data["apps"] = _apps(manifest.name, fixed["apps"], device_plugs, sideload)
+    data["hooks"] = _hooks(fixed["hooks"], device_plugs)
+    data["components"] = {c.name: _component(manifest, plan, c, catalog) for c in plan.components}
+    data["parts"] = _parts(plan, catalog, fixed["parts"], source)
+    return data
+
+
+def _grade(manifest: Manifest, plan: BuildPlan, grade: str | None) -> str:
+    if grade is not None:
+        if grade not in GRADES:
+            raise UsageError(f"grade {grade!r} is not stable or devel")
+        return grade
+    placeholder = any(
+        f.placeholder
+        for a in manifest.artifacts
+        for f in a.files
+        if a.name in {e.artifact for e in plan.engines}
+    )
+    experimental = any(e.experimental for e in plan.engines)
+    return "devel" if placeholder or experimental else "stable"
+
+
+def _device_plugs(plan: BuildPlan) -> list[str]:
+    """Interfaces the kept engines' devices need, in first-use order."""
+    return list(dict.fromkeys(i for e in plan.engines for i in e.interfaces))
+
+
+def _apps(
+    snap: str, fixed: dict[str, Any], device_plugs: list[str], sideload: bool
+) -> dict[str, Any]:
+    cli = fixed["cli"]
+    cli["plugs"] = cli["plugs"] + device_plugs + (["home"] if sideload else [])
+    server = fixed["server"]
+    server["plugs"] = server["plugs"] + device_plugs
+    return {snap: cli, "server": server}
+
+
+def _hooks(fixed: dict[str, Any], device_plugs: list[str]) -> dict[str, Any]:
+    hooks = {}
+    for name, hook in fixed.items():
+        if "plugs" in hook:
+            hook = {**hook, "plugs": hook["plugs"] + device_plugs}
+        hooks[name] = hook
+    return hooks
+
+
+def _fit(text: str, limit: int = SUMMARY_LIMIT) -> str:
+    """One line of at most ``limit`` characters (summaries are single short lines)."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3].rstrip() + "..."
+
+
+def _component(
+    manifest: Manifest, plan: BuildPlan, comp: ComponentPlan, catalog: RuntimeCatalog
+) -> dict[str, Any]:
+    users = [e.name for e in plan.engines if comp.name in e.components]
+    if comp.kind == "runtime":
+        labels = ", ".join(comp.runtimes)
+        summary = _fit(f"{labels} runtime")
+        description = f"The {labels} runtime build. Used by engines: {', '.join(users)}."
+    else:
+        artifact = manifest.artifact(comp.artifact or "")
+        summary = _fit(f"{artifact.format} {artifact.quantization} weights of {manifest.title}")
+        description = (
+            f"Model weights {artifact.name} ({artifact.format}, {artifact.quantization}), "
+            f"{comp.size} bytes. Used by engines: {', '.join(users)}."
+        )
+    return {"type": "standard", "summary": summary, "description": description}
+
+
+def _parts(
+    plan: BuildPlan, catalog: RuntimeCatalog, fixed: dict[str, Any], source: str
+) -> dict[str, Any]:
+    parts: dict[str, Any] = {"snapbuild": {"source": source, **fixed["snapbuild"]}}
+    parts["snapbuild-data"] = fixed["snapbuild-data"]
+    for comp in plan.components:
+        if comp.kind == "runtime":
+            parts.update(_runtime_parts(comp, catalog))
+    parts.update(_artifact_parts(plan))
+    return parts
+
+
+def _into(component: str) -> str:
+    return f"(component/{component})"
+
+
+def _runtime_parts(comp: ComponentPlan, catalog: RuntimeCatalog) -> dict[str, Any]:
+    entry = catalog.get(comp.runtimes[0])
+    assert entry is not None
+    recipe = entry.build
+    if recipe is None or (recipe.native is None and recipe.python is None):
+        raise UsageError(
+            f"runtime {entry.id!r} has no build recipe in the runtime catalog",
+            resolution="add a `build` entry for it to runtimes/catalog.yaml",
+        )
+    parts: dict[str, Any] = {}
+    if recipe.native is not None:
+        parts[f"runtime-{comp.name}"] = _native_part(comp.name, recipe.native)
+    if recipe.python is not None:
+        after = [f"runtime-{comp.name}"] if recipe.native is not None else []
+        parts[f"runtime-{comp.name}-python"] = _python_part(comp.name, recipe.python, after)
+    return parts
+
+
+def _native_part(component: str, native: NativeBuild) -> dict[str, Any]:
+    part: dict[str, Any] = {
+        "plugin": "cmake",
+        "source": native.source,
+        "source-tag": native.source_tag,
+        "source-depth": 1,
+        "cmake-parameters": list(native.cmake_parameters),
+    }
+    _packages(part, native.build_packages, native.stage_packages)
+    part["organize"] = {"*": f"{_into(component)}/"}
+    return part
+
+
+def _python_part(component: str, python: PythonBuild, after: list[str]) -> dict[str, Any]:
+    part: dict[str, Any] = {"plugin": "python", "python-packages": list(python.python_packages)}
+    if python.build_environment:
+        part["build-environment"] = [{k: v} for k, v in python.build_environment.items()]
+    _packages(part, python.build_packages, python.stage_packages)
+    if after:
+        part["after"] = after
+    # site-packages first (explicit keys are organized before globs), then the rest of the venv.
+    part["organize"] = {
+        PYTHON_SITE_PACKAGES: f"{_into(component)}/{COMPONENT_SITE_PACKAGES}",
+        "*": f"{_into(component)}/",
+    }
+    return part
+
+
+def _packages(part: dict[str, Any], build: tuple[str, ...], stage: tuple[str, ...]) -> None:
+    if build:
+        part["build-packages"] = list(build)
+    if stage:
+        part["stage-packages"] = list(stage)
+
+
+def _artifact_parts(plan: BuildPlan) -> dict[str, Any]:
+    """One download part per whole file or declared shard; one per file cut at build time."""
+    parts: dict[str, Any] = {}
+    cuts: dict[str, list[Piece]] = {}
+    for comp in plan.components:
+        for piece in comp.pieces:
+            if piece.kind == "split":
+                cuts.setdefault(_part_name(piece), []).append(piece)
+            else:
+                parts[_part_name(piece)] = _download_part(piece)
+    for name, pieces in cuts.items():
+        parts[name] = _split_part(pieces)
+    return parts
+
+
+def _part_name(piece: Piece) -> str:
+    stem = "".join(ch if ch.isalnum() else "-" for ch in piece.file.lower())
+    suffix = f"-{piece.index:02d}" if piece.kind == "shard" else ""
+    return f"artifact-{piece.artifact}-{stem}{suffix}"
+
+
+def _download_part(piece: Piece) -> dict[str, Any]:
+    name = download_name(piece.url, f"{piece.artifact}/{piece.path}")
+    return {
+        "plugin": "dump",
+        "source": piece.url,
+        "source-type": "file",
+        "source-checksum": f"sha256/{piece.sha256}",
+        "organize": {name: f"{_into(piece.component)}/{piece.path}"},
+    }
+
+
+def _split_part(cuts: list[Piece]) -> dict[str, Any]:
+    """Download one file too big for a component and cut it into numbered pieces."""
+    first = cuts[0]
+    name = download_name(first.url, f"{first.artifact}/{first.file}")
+    script = (
+        "craftctl default\n"
+        'cd "$CRAFT_PART_INSTALL"\n'
+        f"split --bytes={SPLIT_SIZE} --numeric-suffixes=1 --suffix-length=2 {name} {name}.part-\n"
+        f"rm {name}\n"
+    )
+    return {
+        "plugin": "dump",
+        "source": first.url,
+        "source-type": "file",
+        "source-checksum": f"sha256/{first.sha256}",
+        "override-build": script,
+        "organize": {f"{name}.part-{c.index:02d}": f"{_into(c.component)}/{c.path}" for c in cuts},
+    }

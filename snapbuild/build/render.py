@@ -1,0 +1,239 @@
+"""Writing a snapcraft project to disk through a strict jinja2 environment.
+
+Templates never see raw manifest text in a YAML position: values reach YAML through the
+``to_yaml`` filter (``yaml.safe_dump``) and comments through ``yaml_comment`` (a one-line JSON
+string), and ``StrictUndefined`` turns a misspelt variable into an error instead of an empty
+string. Output directories are guarded: snapbuild only replaces what it wrote before.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+
+from snapbuild import __version__
+from snapbuild.build.naming import KNOWN_HOOKS
+from snapbuild.build.plan import BuildPlan
+from snapbuild.build.project import COMPONENT_SITE_PACKAGES
+from snapbuild.errors import UsageError
+from snapbuild.paths import templates_dir
+
+MARKER = ".snapbuild-output.json"
+HOOKS = ("install", "post-refresh", "configure")
+SOURCE_DIR = "snapbuild-src"
+# What the python part needs to install this project: its packages and build metadata.
+_SOURCE_ITEMS = (
+    "pyproject.toml",
+    "README.md",
+    "LICENSE",
+    "hwprobe",
+    "snapbuild",
+    "runtimes",
+    "snaps",
+)
+_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+
+
+class _Dumper(yaml.SafeDumper):
+    """SafeDumper writing multi-line strings as literal blocks, so descriptions stay readable."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def to_yaml(value: Any) -> str:
+    """Block-style YAML for any plain data, without a trailing newline.
+
+    Only the safe representers are registered, and PyYAML itself falls back to a quoted
+    scalar whenever a literal block could not hold the string faithfully.
+    """
+    text = yaml.dump(value, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
+    return text.rstrip("\n")
+
+
+def yaml_comment(value: Any) -> str:
+    """A value safe inside a YAML comment: one line, quoted as JSON."""
+    return json.dumps(str(value))
+
+
+@cache
+def environment(root: Path) -> jinja2.Environment:
+    """The strict jinja2 environment over ``root`` (the templates directory)."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(root)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["to_yaml"] = to_yaml
+    env.filters["yaml_comment"] = yaml_comment
+    return env
+
+
+def render(template: str, **values: Any) -> str:
+    """Render ``templates/<template>`` with ``values``."""
+    return (
+        environment(templates_dir())
+        .get_template(template)
+        .render(generator_version=__version__, **values)
+    )
+
+
+def engine_data(plan: BuildPlan) -> dict[str, Any]:
+    """``$SNAP/snapbuild/components.yaml``: which components each engine needs, how to join."""
+    components: dict[str, Any] = {}
+    for comp in plan.components:
+        if comp.kind == "runtime":
+            components[comp.name] = {
+                "kind": "runtime",
+                "runtimes": list(comp.runtimes),
+                "python-path": COMPONENT_SITE_PACKAGES,
+                # $ARCH_TRIPLET is the Debian multiarch triplet, e.g. x86_64-linux-gnu.
+                "library-paths": ["lib", "usr/lib/$ARCH_TRIPLET"],
+            }
+        else:
+            components[comp.name] = {
+                "kind": "artifact",
+                "artifact": comp.artifact,
+                "size": comp.size,
+                "files": [p.path for p in comp.pieces],
+            }
+    return {
+        "schema-version": 1,
+        "snap": plan.model,
+        "variant": plan.variant,
+        "engines": {
+            e.name: {"runtime": e.runtime, "artifact": e.artifact, "components": list(e.components)}
+            for e in plan.engines
+        },
+        "components": components,
+        "joins": [
+            {
+                "artifact": j.artifact,
+                "path": j.path,
+                "sha256": j.sha256,
+                "size": j.size,
+                "pieces": [{"component": p.component, "path": p.path} for p in j.pieces],
+            }
+            for j in plan.joins
+        ],
+    }
+
+
+def project_files(
+    plan: BuildPlan, project: dict[str, Any], manifest_data: dict[str, Any]
+) -> dict[str, str]:
+    """Every text file of the project, by path relative to the output directory."""
+    files = {
+        "snap/snapcraft.yaml": render(
+            "snap/snapcraft.yaml.j2", project=project, model=plan.model, variant=plan.variant
+        ),
+    }
+    for hook in HOOKS:
+        assert hook in KNOWN_HOOKS
+        files[f"snap/hooks/{hook}"] = render("snap/hook.sh.j2", hook=hook)
+    files["snapbuild-data/manifest.yaml"] = render(
+        "snap/data.yaml.j2", what="The manifest this snap was built from", data=manifest_data
+    )
+    files["snapbuild-data/components.yaml"] = render(
+        "snap/data.yaml.j2",
+        what="Engines, their components and split files",
+        data=engine_data(plan),
+    )
+    return files
+
+
+def marker_text(plan: BuildPlan, files: Mapping[str, str], vendored: bool) -> str:
+    """The record that marks a directory as snapbuild's output (and what to replace next time)."""
+    written = sorted([*files, *([SOURCE_DIR + "/"] if vendored else [])])
+    record = {
+        "generator": "snapbuild",
+        "model": plan.model,
+        "variant": plan.variant,
+        "files": written,
+    }
+    return json.dumps(record, indent=2) + "\n"
+
+
+def prepare_output(out: Path, *, force: bool) -> None:
+    """Make ``out`` ready: create it, or clear snapbuild's previous output from it.
+
+    A non-empty directory that snapbuild did not write is refused unless ``force`` is given,
+    so a mistyped ``-o`` cannot bury someone's work under generated files.
+    """
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out} exists and is not a directory", resolution="choose another -o")
+    if not out.exists():
+        out.mkdir(parents=True)
+        return
+    marker = out / MARKER
+    if marker.is_file():
+        _remove_previous(out, marker)
+    elif any(out.iterdir()) and not force:
+        raise UsageError(
+            f"{out} is not empty and was not written by snapbuild",
+            details="snapbuild replaces only directories holding its own " + MARKER,
+            resolution="choose an empty or new directory with -o, or pass --force to write "
+            "into it anyway (files snapbuild does not write are kept)",
+        )
+
+
+def _remove_previous(out: Path, marker: Path) -> None:
+    try:
+        files = json.loads(marker.read_text(encoding="utf-8"))["files"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UsageError(
+            f"{marker} is not a snapbuild output record",
+            details=str(exc),
+            resolution="remove it, or pass another -o",
+        ) from exc
+    root = out.resolve()
+    for rel in files:
+        target = (out / rel).resolve()
+        if root not in target.parents:
+            continue  # never follow a record outside the output directory
+        if rel.endswith("/") and target.is_dir():
+            shutil.rmtree(target)
+        elif target.is_file():
+            target.unlink()
+
+
+def write_output(out: Path, files: Mapping[str, str], marker: str) -> None:
+    """Write every file (hooks executable), then the marker last."""
+    for rel, text in files.items():
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        if rel.startswith("snap/hooks/"):
+            path.chmod(0o755)
+    (out / MARKER).write_text(marker, encoding="utf-8")
+
+
+def vendor_source(project_root: Path, out: Path) -> None:
+    """Copy this project's installable source into ``out/snapbuild-src`` for the python part."""
+    if not (project_root / "pyproject.toml").is_file():
+        raise UsageError(
+            "snapbuild's own source (pyproject.toml) is not available to copy into the project",
+            details=f"looked in {project_root}",
+            resolution="pass --source with a git URL or path of the snapbuild source",
+        )
+    dest = out / SOURCE_DIR
+    for item in _SOURCE_ITEMS:
+        src = project_root / item
+        if src.is_dir():
+            shutil.copytree(src, dest / item, ignore=_IGNORE, dirs_exist_ok=True)
+        elif src.is_file():
+            dest.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / item)
