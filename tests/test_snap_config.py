@@ -1,0 +1,111 @@
+"""The snap's settings: parsing, key spelling, and whole-change validation with reasons."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from snapbuild.decision import Candidate, MemoryEstimate
+from snapbuild.errors import UsageError
+from snapbuild.manifest_loader import load_manifest
+from snaps import config
+
+GIB = 2**30
+
+
+@pytest.fixture(scope="module")
+def manifest():  # type: ignore[no-untyped-def]
+    return load_manifest("smollm2")
+
+
+def _candidate(available: int) -> Candidate:
+    # 1 GiB of weights, 1 MiB of KV cache per token at 1024 tokens, no headroom
+    return Candidate(
+        engine="cpu",
+        runtime="llama.cpp-cpu",
+        device="cpu",
+        quantization="Q4_1",
+        artifact="smollm2-q4-1",
+        compatible=True,
+        reasons=(),
+        memory=MemoryEstimate(
+            weights=GIB,
+            kv_cache=1024 * 2**20,
+            compute=0,
+            overhead=0,
+            required=2 * GIB,
+            available=available,
+            pool="ram",
+            context_size=1024,
+        ),
+        context_size=1024,
+    )
+
+
+def test_keys_are_normalized_to_snapd_option_names() -> None:
+    assert config.normalize_key("context_size") == "context-size"
+    assert config.normalize_key("env.OMP_NUM_THREADS") == "env.omp-num-threads"
+    assert config.env_option_to_var("omp-num-threads") == "OMP_NUM_THREADS"
+    with pytest.raises(UsageError) as err:
+        config.normalize_key("colour")
+    assert err.value.brief == "unknown setting 'colour'"
+    assert err.value.resolution == "Settings are port, host, context-size, engine and env.NAME."
+
+
+def test_assignments_are_typed_by_key() -> None:
+    assert config.parse_assignment("port=8081") == ("port", 8081)
+    assert config.parse_assignment("host=0.0.0.0") == ("host", "0.0.0.0")
+    assert config.parse_assignment("env.OMP_NUM_THREADS=4") == ("env.omp-num-threads", "4")
+    with pytest.raises(UsageError) as err:
+        config.parse_assignment("port=http")
+    assert err.value.brief == "port must be a whole number, not 'http'"
+    with pytest.raises(UsageError) as err:
+        config.parse_assignment("port")
+    assert err.value.brief == "'port' is not key=value"
+
+
+def test_effective_settings_overlay_defaults(manifest) -> None:  # type: ignore[no-untyped-def]
+    stored = config.flatten({"port": 9000, "env": {"omp-num-threads": "2"}})
+    settings = config.effective(stored, manifest, 2048)
+    assert settings.to_data() == {
+        "port": 9000,
+        "host": "127.0.0.1",
+        "context-size": 2048,
+        "engine": "auto",
+        "env": {"OMP_NUM_THREADS": "2"},
+    }
+
+
+def test_max_context_is_linear_in_kv_cache(manifest) -> None:  # type: ignore[no-untyped-def]
+    # 3 GiB available, 1 GiB fixed, 1 MiB/token: 2048 tokens fit
+    assert config.max_context(_candidate(3 * GIB), manifest) == 2048
+    # the model's trained maximum (8192) caps it when memory is plenty
+    assert config.max_context(_candidate(64 * GIB), manifest) == 8192
+
+
+def test_every_problem_is_reported_at_once(manifest) -> None:  # type: ignore[no-untyped-def]
+    settings = config.Settings(
+        port=70000, host="bad host!", context_size=4096, engine="turbo", env={"1X": "y"}
+    )
+    assert config.validate(settings, manifest, _candidate(3 * GIB)) == [
+        "host 'bad host!' is not an IP address or host name (use 127.0.0.1 for this machine "
+        "only, 0.0.0.0 for every interface)",
+        "port 70000 is out of range: use 1-65535",
+        "engine 'turbo' is not in this snap (engines: cuda, vulkan, cpu-avx2, cpu, auto)",
+        "context-size 4096 does not fit: the most this engine fits here is 2048 tokens",
+        "env.1X is not a valid environment variable name",
+    ]
+
+
+def test_busy_port_is_rejected_unless_it_is_ours(manifest) -> None:  # type: ignore[no-untyped-def]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        settings = config.Settings(port=port, host="127.0.0.1", context_size=1024, engine="auto")
+        problems = config.validate(settings, manifest, None)
+        assert len(problems) == 1
+        assert problems[0].startswith(f"port {port} is busy on 127.0.0.1: another program ")
+        assert config.validate(settings, manifest, None, own_port=port) == []
+    assert config.validate(settings, manifest, None) == []
