@@ -1,0 +1,204 @@
+"""What would move the most hosts to a better engine: counterfactual profiles, re-selected.
+
+For each distinct profile of a plan, each change listed in ``data/counterfactuals.yaml`` (load the
+NPU driver, bind the GPU driver, add RAM...) produces a counterfactual profile; the selector runs
+on it, and when it picks an engine it ranks above the host's current one (or any engine where
+none fit), the profile's hosts count toward that change. The changes are data; the functions here
+only know how to apply each kind of change to a profile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from hwprobe.profile import GpuFacts, HostProfile, MemoryFacts, NpuFacts, PciIds
+from snapbuild.decision import Decision
+from snapbuild.fleet.planner import FleetPlan, Selector
+
+# A change: (profile, params) -> (changed profile, details for the message), or None when it
+# does not apply to this profile.
+Change = Callable[[HostProfile, dict[str, Any]], "tuple[HostProfile, dict[str, str]] | None"]
+
+
+@dataclass(frozen=True)
+class Counterfactual:
+    """One change an operator could make, from data/counterfactuals.yaml."""
+
+    id: str
+    change: str
+    params: dict[str, Any]
+    message: str
+    family: str  # of the changes of one family (more RAM), only the first that moves a host counts
+
+
+@dataclass(frozen=True)
+class Advice:
+    """Hosts that one change moves from one engine (or none) to a better one."""
+
+    change: str
+    hosts: int
+    from_engine: str | None
+    to_engine: str
+    message: str
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "change": self.change,
+            "hosts": self.hosts,
+            "from": self.from_engine,
+            "to": self.to_engine,
+            "message": self.message,
+        }
+
+
+def _vendor_name(vendor: str) -> str:
+    return str(_table()["vendor-names"].get(vendor, vendor))
+
+
+def load_npu_driver(
+    profile: HostProfile, params: dict[str, Any]
+) -> tuple[HostProfile, dict[str, str]] | None:
+    """NPUs whose driver is not known to be loaded get their vendor's driver, loaded."""
+    if not any(n.driver_loaded is not True for n in profile.npus):
+        return None
+    drivers: dict[str, str] = params.get("drivers", {})
+    vendor = next(n.vendor for n in profile.npus if n.driver_loaded is not True)
+    npus = tuple(_with_npu_driver(n, drivers) for n in profile.npus)
+    return profile.model_copy(update={"npus": npus}), {"vendor": _vendor_name(vendor)}
+
+
+def _with_npu_driver(npu: NpuFacts, drivers: dict[str, str]) -> NpuFacts:
+    if npu.driver_loaded is True:
+        return npu
+    driver = npu.driver or drivers.get(npu.vendor)
+    return npu.model_copy(update={"driver": driver, "driver_loaded": True})
+
+
+def bind_gpu_driver(
+    profile: HostProfile, params: dict[str, Any]
+) -> tuple[HostProfile, dict[str, str]] | None:
+    """GPUs whose PCI function has no driver bound get their vendor's kernel driver."""
+    drivers: dict[str, str] = params.get("drivers", {})
+    unbound = [g for g in profile.gpus if g.pci and not g.pci.driver and g.vendor in drivers]
+    if not unbound:
+        return None
+    gpus = tuple(_with_gpu_driver(g, drivers) for g in profile.gpus)
+    return profile.model_copy(update={"gpus": gpus}), {"vendor": _vendor_name(unbound[0].vendor)}
+
+
+def _with_gpu_driver(gpu: GpuFacts, drivers: dict[str, str]) -> GpuFacts:
+    if gpu.pci is None or gpu.pci.driver or gpu.vendor not in drivers:
+        return gpu
+    pci: PciIds = gpu.pci.model_copy(update={"driver": drivers[gpu.vendor]})
+    return gpu.model_copy(update={"pci": pci})
+
+
+def add_memory(
+    profile: HostProfile, params: dict[str, Any]
+) -> tuple[HostProfile, dict[str, str]] | None:
+    """More RAM, total and available alike (unknown amounts stay unknown)."""
+    extra = int(params["bytes"])
+    memory = profile.memory
+    if memory.total is None:
+        return None
+    grown = MemoryFacts(
+        total=memory.total + extra,
+        available=None if memory.available is None else memory.available + extra,
+        swap_total=memory.swap_total,
+        swap_free=memory.swap_free,
+    )
+    return profile.model_copy(update={"memory": grown}), {}
+
+
+CHANGES: dict[str, Change] = {
+    "load-npu-driver": load_npu_driver,
+    "bind-gpu-driver": bind_gpu_driver,
+    "add-memory": add_memory,
+}
+
+
+@cache
+def _table() -> dict[str, Any]:
+    text = resources.files("snapbuild.fleet").joinpath("data/counterfactuals.yaml").read_text()
+    data: dict[str, Any] = yaml.safe_load(text)
+    return data
+
+
+def counterfactuals() -> tuple[Counterfactual, ...]:
+    """The changes tried on every profile, in the data file's order."""
+    return tuple(
+        Counterfactual(
+            e["id"],
+            e["change"],
+            dict(e.get("params") or {}),
+            e["message"],
+            e.get("family", e["id"]),
+        )
+        for e in _table()["counterfactuals"]
+    )
+
+
+def is_better(actual: Decision, changed: Decision) -> bool:
+    """Whether the changed host gets an engine the selector ranks above the current one."""
+    new = changed.selected
+    if new is None:
+        return False
+    old = actual.selected
+    if old is None:
+        return True
+    if new.engine == old.engine:
+        return False
+    old_there = changed.candidate(old.engine)
+    new_there = changed.candidate(new.engine)
+    if old_there is None or old_there.rank is None:
+        return True
+    return new_there is not None and new_there.rank is not None and new_there.rank < old_there.rank
+
+
+def advise(plan: FleetPlan, selector: Selector) -> list[Advice]:
+    """Every (change, from, to) that moves hosts, most hosts first."""
+    hosts_per_key: dict[str, int] = {}
+    for host in plan.inventory.hosts:
+        hosts_per_key[host.key] = hosts_per_key.get(host.key, 0) + 1
+    tally: dict[tuple[str, str | None, str, tuple[tuple[str, str], ...]], int] = {}
+    for key, count in hosts_per_key.items():
+        actual = plan.outcomes[key].decision
+        profile = plan.inventory.profiles[key]
+        moved: set[str] = set()
+        for cf in counterfactuals():
+            if cf.family in moved:
+                continue
+            applied = CHANGES[cf.change](profile, cf.params)
+            if applied is None:
+                continue
+            changed = selector(plan.manifest, applied[0])
+            if is_better(actual, changed):
+                moved.add(cf.family)
+                old = actual.selected.engine if actual.selected else None
+                assert changed.selected is not None
+                group = (cf.id, old, changed.selected.engine, tuple(sorted(applied[1].items())))
+                tally[group] = tally.get(group, 0) + count
+    messages = {cf.id: cf.message for cf in counterfactuals()}
+    advice = [
+        Advice(cid, n, old, new, _message(messages[cid], n, old, new, dict(details)))
+        for (cid, old, new, details), n in tally.items()
+    ]
+    order = [cf.id for cf in counterfactuals()]
+    advice.sort(key=lambda a: (-a.hosts, order.index(a.change), a.from_engine or "", a.to_engine))
+    return advice
+
+
+def _message(template: str, hosts: int, old: str | None, new: str, details: dict[str, str]) -> str:
+    move = f"to engine {new}" if old is None else f"from engine {old} to engine {new}"
+    return template.format(
+        hosts=f"{hosts} host" if hosts == 1 else f"{hosts} hosts",
+        have="has" if hosts == 1 else "have",
+        move=move,
+        **details,
+    )
