@@ -20,6 +20,7 @@ from hwprobe.profile import ProbeWarning
 
 # sysfs and procfs files are small; a capture with a huge file in their place is broken.
 MAX_READ = 4 * 1024 * 1024
+CHUNK = 64 * 1024
 
 
 class RootFS:
@@ -73,8 +74,7 @@ class RootFS:
             self._unreadable(source, rel, f"is a {_kind(info.st_mode)}, not a file")
             return None
         try:
-            with open(full, "rb") as handle:
-                data = handle.read(MAX_READ)
+            data = _read_bounded(full)
         except OSError as exc:
             self._unreadable(source, rel, exc.strerror or str(exc))
             return None
@@ -125,6 +125,20 @@ class RootFS:
             f"could not read {self.path(rel)}: {why}",
             "check the file (or the capture) and run hwprobe again",
         )
+
+
+def _read_bounded(full: str) -> bytes:
+    """Read in small chunks: procfs sysctl files refuse one read of MAX_READ bytes (ENOMEM)."""
+    chunks: list[bytes] = []
+    total = 0
+    with open(full, "rb", buffering=0) as handle:
+        while total < MAX_READ:
+            chunk = handle.read(CHUNK)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    return b"".join(chunks)
 
 
 def _kind(mode: int) -> str:

@@ -1,0 +1,91 @@
+"""The short human summary ``hwprobe`` prints: CPU, ISA level, RAM, each device and its use."""
+
+from __future__ import annotations
+
+from hwprobe.profile import CpuFacts, GpuFacts, HostProfile, NpuFacts
+
+GIB = 1024**3
+
+
+def size(value: int | None) -> str:
+    """Bytes as GiB with one decimal, "unknown" for None."""
+    return "unknown" if value is None else f"{value / GIB:.1f} GiB"
+
+
+def _cpu_line(cpu: CpuFacts) -> str:
+    counts = []
+    if cpu.cores is not None:
+        counts.append(f"{cpu.cores} cores")
+    if cpu.threads is not None:
+        counts.append(f"{cpu.threads} threads")
+    isa = cpu.x86_64_level or (",".join(cpu.arm64_features) if cpu.arm64_features else None)
+    isa = isa or cpu.riscv_isa
+    details = ", ".join(filter(None, [cpu.architecture, isa, " / ".join(counts) or None]))
+    return f"CPU:     {cpu.model_name or cpu.vendor or 'unknown model'} ({details})"
+
+
+def _good_for_gpu(gpu: GpuFacts) -> list[str]:
+    try:
+        from runtimes.catalog import load_catalog
+
+        catalog = load_catalog()
+    except Exception:  # noqa: BLE001 - the summary works without the catalog
+        return []
+    return [r.id for r in catalog.runtimes if r.device == "gpu" and gpu.vendor in r.gpu_vendors]
+
+
+def _gpu_line(gpu: GpuFacts) -> str:
+    slot = gpu.pci.slot if gpu.pci else "?"
+    kind = {True: "integrated", False: "discrete", None: "integrated or discrete: unknown"}[
+        gpu.integrated
+    ]
+    if gpu.integrated:
+        memory = "shares system RAM"
+        if gpu.shared_memory:
+            memory += f" (up to {size(gpu.shared_memory)})"
+    else:
+        memory = f"{size(gpu.vram)} VRAM"
+    extra = [f"compute {gpu.compute_capability}"] if gpu.compute_capability else []
+    extra += [gpu.gfx] if gpu.gfx else []
+    uses = _good_for_gpu(gpu)
+    line = f"GPU:     {gpu.vendor} {gpu.name or ''} [{slot}] {kind}, {memory}"
+    line += "".join(f", {e}" for e in extra)
+    return line + (f"; good for {', '.join(uses)}" if uses else "")
+
+
+def _npu_line(npu: NpuFacts) -> str:
+    slot = npu.pci.slot if npu.pci else "?"
+    loaded = {True: "loaded", False: "NOT loaded", None: "unknown"}[npu.driver_loaded]
+    driver = f"driver {npu.driver}: {loaded}" if npu.driver else "no known driver"
+    if npu.runtimes:
+        use = f"good for {', '.join(npu.runtimes)}"
+    elif npu.llm_capable:
+        use = "no runtime here drives it"
+    else:
+        use = "cannot run LLMs"
+    return f"NPU:     {npu.vendor} {npu.name or ''} [{slot}] {driver}; {use}"
+
+
+def summary(profile: HostProfile) -> str:
+    """A few lines a person reads at a glance; ``--json`` is for programs."""
+    lines = [_cpu_line(c) for c in profile.cpus] or ["CPU:     unknown"]
+    mem = profile.memory
+    ram = f"RAM:     {size(mem.total)}"
+    if mem.available is not None:
+        ram += f" ({size(mem.available)} available)"
+    lines.append(ram + (f", swap {size(mem.swap_total)}" if mem.swap_total else ""))
+    if profile.disk:
+        disk = profile.disk
+        lines.append(f"Disk:    {size(disk.free)} free of {size(disk.total)} at {disk.path}")
+    lines += [_gpu_line(g) for g in profile.gpus] or ["GPU:     none that can run models"]
+    lines += [_npu_line(n) for n in profile.npus]
+    for display in profile.displays:
+        slot = display.pci.slot if display.pci else "?"
+        lines.append(f"Display: {display.vendor} {display.name or ''} [{slot}]: {display.reason}")
+    if profile.warnings:
+        lines.append("Warnings:")
+        for warning in profile.warnings:
+            lines.append(f"  - {warning.source}: {warning.message}")
+            if warning.resolution:
+                lines.append(f"    fix: {warning.resolution}")
+    return "\n".join(lines)
