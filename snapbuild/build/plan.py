@@ -8,7 +8,6 @@ holds what.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from posixpath import basename
@@ -29,24 +28,22 @@ from snapbuild.manifest import (
 
 # A component must stay under the Store's limit with room for squashfs and metadata overhead.
 COMPONENT_BUDGET = STORE_COMPONENT_LIMIT - 64 * 1024**2
-# Files over the budget without declared shards are cut at build time into pieces this big.
-SPLIT_SIZE = 4 * 1000**3
 ALL_VARIANT = "all"
 # A downloaded file's name becomes an organize key, which snapcraft treats as a glob.
 _PLAIN_FILE_NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
 
 
 class Piece(KebabModel):
-    """One file that lands in an artifact component: a whole file, a declared shard, or a cut."""
+    """One file that lands in an artifact component: a whole file or one declared shard."""
 
     artifact: str
     file: str  # the artifact file this piece belongs to (ArtifactFile.path)
     path: str  # where it lands inside its component
     size: int
-    kind: Literal["file", "shard", "split"]
-    index: int = 0  # 1-based position among a file's shards or cuts; 0 for whole files
-    url: str  # download URL; for a cut, the URL of the whole file it is cut from
-    sha256: str  # of the download (for a cut, of the whole file)
+    kind: Literal["file", "shard"]
+    index: int = 0  # 1-based position among a file's shards; 0 for whole files
+    url: str  # download URL
+    sha256: str  # of the download
     placeholder: bool = False
     component: str = ""  # filled in when pieces are packed into components
 
@@ -305,30 +302,10 @@ def _pieces(artifact: Artifact, file: ArtifactFile) -> list[Piece]:
             )
             for i, s in enumerate(file.shards, 1)
         ]
-    if file.size <= COMPONENT_BUDGET:
-        return [
-            Piece(
-                **common,
-                path=file.path,
-                size=file.size,
-                kind="file",
-                url=file.url,
-                sha256=file.sha256,
-            )
-        ]
-    count = math.ceil(file.size / SPLIT_SIZE)
-    sizes = [SPLIT_SIZE] * (count - 1) + [file.size - SPLIT_SIZE * (count - 1)]
     return [
         Piece(
-            **common,
-            path=f"{file.path}.part-{i:02d}",
-            size=size,
-            kind="split",
-            index=i,
-            url=file.url,
-            sha256=file.sha256,
+            **common, path=file.path, size=file.size, kind="file", url=file.url, sha256=file.sha256
         )
-        for i, size in enumerate(sizes, 1)
     ]
 
 
@@ -339,9 +316,10 @@ def _pack(artifact: Artifact) -> list[ComponentPlan]:
         for piece in _pieces(artifact, file):
             if piece.size > COMPONENT_BUDGET:
                 raise ManifestError(
-                    f"a shard of {artifact.name}/{file.path} is {piece.size} bytes, over the "
-                    f"Store's {STORE_COMPONENT_LIMIT} byte component limit",
-                    resolution="declare smaller shards in the manifest",
+                    f"{artifact.name}/{piece.path} is {piece.size} bytes: with the squashfs "
+                    f"overhead it does not fit a component under the Store's "
+                    f"{STORE_COMPONENT_LIMIT}-byte limit (at most {COMPONENT_BUDGET} bytes)",
+                    resolution="list the file's shards in the manifest (url, sha256, size each)",
                 )
             if bins[-1] and sum(p.size for p in bins[-1]) + piece.size > COMPONENT_BUDGET:
                 bins.append([])
@@ -440,7 +418,7 @@ def describe(cond: Condition) -> str:
 
 
 def _joins(manifest: Manifest, artifacts: tuple[ComponentPlan, ...]) -> tuple[JoinPlan, ...]:
-    pieces = [p for c in artifacts for p in c.pieces if p.kind != "file"]
+    pieces = [p for c in artifacts for p in c.pieces if p.kind == "shard"]
     joins: list[JoinPlan] = []
     for artifact_name, path in dict.fromkeys((p.artifact, p.file) for p in pieces):
         file = next(f for f in manifest.artifact(artifact_name).files if f.path == path)

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from runtimes.catalog import NativeBuild, PythonBuild, RuntimeCatalog
-from snapbuild.build.plan import SPLIT_SIZE, BuildPlan, ComponentPlan, Piece, download_name
+from snapbuild.build.plan import BuildPlan, ComponentPlan, Piece, download_name
 from snapbuild.errors import UsageError
 from snapbuild.manifest import Manifest
 from snapbuild.paths import templates_dir
@@ -136,7 +136,15 @@ def _component(
         description = f"The {labels} runtime build. Used by engines: {', '.join(users)}."
     else:
         artifact = manifest.artifact(comp.artifact or "")
-        summary = _fit(f"{artifact.format} {artifact.quantization} weights of {manifest.title}")
+        siblings = [c.name for c in plan.components if c.artifact == comp.artifact]
+        part = (
+            f" (part {siblings.index(comp.name) + 1} of {len(siblings)})"
+            if len(siblings) > 1
+            else ""
+        )
+        summary = _fit(
+            f"{artifact.format} {artifact.quantization} weights{part} of {manifest.title}"
+        )
         description = (
             f"Model weights {artifact.name} ({artifact.format}, {artifact.quantization}), "
             f"{comp.size} bytes. Used by engines: {', '.join(users)}."
@@ -214,18 +222,12 @@ def _packages(part: dict[str, Any], build: tuple[str, ...], stage: tuple[str, ..
 
 
 def _artifact_parts(plan: BuildPlan) -> dict[str, Any]:
-    """One download part per whole file or declared shard; one per file cut at build time."""
-    parts: dict[str, Any] = {}
-    cuts: dict[str, list[Piece]] = {}
-    for comp in plan.components:
-        for piece in comp.pieces:
-            if piece.kind == "split":
-                cuts.setdefault(_part_name(piece), []).append(piece)
-            else:
-                parts[_part_name(piece)] = _download_part(piece)
-    for name, pieces in cuts.items():
-        parts[name] = _split_part(pieces)
-    return parts
+    """One download part per whole file or declared shard, organized into its component."""
+    return {
+        _part_name(piece): _download_part(piece)
+        for comp in plan.components
+        for piece in comp.pieces
+    }
 
 
 def _part_name(piece: Piece) -> str:
@@ -242,24 +244,4 @@ def _download_part(piece: Piece) -> dict[str, Any]:
         "source-type": "file",
         "source-checksum": f"sha256/{piece.sha256}",
         "organize": {name: f"{_into(piece.component)}/{piece.path}"},
-    }
-
-
-def _split_part(cuts: list[Piece]) -> dict[str, Any]:
-    """Download one file too big for a component and cut it into numbered pieces."""
-    first = cuts[0]
-    name = download_name(first.url, f"{first.artifact}/{first.file}")
-    script = (
-        "craftctl default\n"
-        'cd "$CRAFT_PART_INSTALL"\n'
-        f"split --bytes={SPLIT_SIZE} --numeric-suffixes=1 --suffix-length=2 {name} {name}.part-\n"
-        f"rm {name}\n"
-    )
-    return {
-        "plugin": "dump",
-        "source": first.url,
-        "source-type": "file",
-        "source-checksum": f"sha256/{first.sha256}",
-        "override-build": script,
-        "organize": {f"{name}.part-{c.index:02d}": f"{_into(c.component)}/{c.path}" for c in cuts},
     }

@@ -92,7 +92,12 @@ def render(template: str, **values: Any) -> str:
 
 
 def engine_data(plan: BuildPlan) -> dict[str, Any]:
-    """``$SNAP/snapbuild/components.yaml``: which components each engine needs, how to join."""
+    """``$SNAP/snapbuild/components.yaml``: what each engine needs installed, where files live.
+
+    ``artifacts`` maps every artifact file to its component, or, for a file stored in pieces,
+    to the ordered pieces to join (and the checksum to verify) at install time. An artifact
+    spread over several components (GGUF splits) needs its files gathered into one directory.
+    """
     components: dict[str, Any] = {}
     for comp in plan.components:
         if comp.kind == "runtime":
@@ -108,7 +113,6 @@ def engine_data(plan: BuildPlan) -> dict[str, Any]:
                 "kind": "artifact",
                 "artifact": comp.artifact,
                 "size": comp.size,
-                "files": [p.path for p in comp.pieces],
             }
     return {
         "schema-version": 1,
@@ -119,17 +123,32 @@ def engine_data(plan: BuildPlan) -> dict[str, Any]:
             for e in plan.engines
         },
         "components": components,
-        "joins": [
-            {
-                "artifact": j.artifact,
-                "path": j.path,
-                "sha256": j.sha256,
-                "size": j.size,
-                "pieces": [{"component": p.component, "path": p.path} for p in j.pieces],
-            }
-            for j in plan.joins
-        ],
+        "artifacts": _artifact_files(plan),
     }
+
+
+def _artifact_files(plan: BuildPlan) -> dict[str, Any]:
+    joins = {(j.artifact, j.path): j for j in plan.joins}
+    out: dict[str, Any] = {}
+    for comp in plan.components:
+        if comp.artifact is None:
+            continue
+        entry = out.setdefault(comp.artifact, {"components": [], "files": []})
+        entry["components"].append(comp.name)
+        for piece in comp.pieces:
+            join = joins.get((piece.artifact, piece.file))
+            if join is None:
+                entry["files"].append({"path": piece.path, "component": comp.name})
+            elif piece.index == 1:
+                entry["files"].append(
+                    {
+                        "path": join.path,
+                        "sha256": join.sha256,
+                        "size": join.size,
+                        "pieces": [{"component": p.component, "path": p.path} for p in join.pieces],
+                    }
+                )
+    return out
 
 
 def project_files(
