@@ -201,8 +201,13 @@ class LlamaCppAdapter(RuntimeAdapter):
 
     def embed(self, texts: Sequence[str]) -> Embeddings:
         # A second context in embedding mode: the weights are memory-mapped, so they are shared.
+        # Mean pooling: chat GGUFs declare no pooling, and per-token vectors are no embedding.
         if self._embedder is None:
-            self._embedder = self._new(embedding=True)
+            import llama_cpp
+
+            self._embedder = self._new(
+                embedding=True, pooling_type=llama_cpp.LLAMA_POOLING_TYPE_MEAN
+            )
         vectors, count = self._embedder.embed(list(texts), normalize=True, return_count=True)
         if vectors and not isinstance(vectors[0], list):  # a single text gives one flat vector
             vectors = [vectors]

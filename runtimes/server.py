@@ -668,7 +668,8 @@ class PortInUseError(UsageError):
 
 
 def bind_socket(host: str, port: int | str) -> socket.socket:
-    """Bind ``host:port`` (``port="auto"``: the first free port from 8080 up) before loading
+    """Bind ``host:port`` (a string: the first free port from that one up; ``"auto"``: from
+    8080 up) before loading
     anything, so a busy port is reported at once and clearly."""
     if port == "auto" or isinstance(port, str):
         start = 8080 if port == "auto" else int(port)
@@ -732,7 +733,7 @@ def run(
     context = context_size or engine.context_size or manifest.default_context_size
     if manifest.model.context_length:
         context = min(context, manifest.model.context_length)
-    sock = bind_socket(host, port)
+    sock = bind_socket(host, str(manifest.default_port) if port == "auto" else port)
     bound_port = sock.getsockname()[1]
     adapter = load_adapter(
         LoadOptions(
