@@ -147,15 +147,15 @@ def _source_root() -> Path:
 
 # assembling --------------------------------------------------------------------------------
 def render(manifest_name: str, dest: Path, engines: list[str] | None) -> None:
-    """Render the snapcraft project with the builder (issue: builder) into ``dest``."""
-    from snapbuild.build import render_project
+    """Render the snapcraft project with the builder, exactly as `snapbuild make` does."""
+    from snapbuild.builder import make
 
-    render_project(manifest_name, dest, engines=engines)
+    make(manifest_name, dest, engines=engines or ())
 
 
 def snap_yaml_from(snapcraft: dict[str, Any], arch: str) -> dict[str, Any]:
     """What snapcraft writes to meta/snap.yaml (the builder's translation, one architecture)."""
-    from snapbuild.build.snapyaml import snap_yaml
+    from snapbuild.builder import snap_yaml
 
     return snap_yaml(snapcraft, arch)
 
@@ -244,7 +244,7 @@ def stage_components(
 
 def _component_dir(trial: Trial, name: str, snapcraft: dict[str, Any]) -> Path:
     """A staged component with its meta/component.yaml, as snapcraft would pack it."""
-    from snapbuild.build.snapyaml import component_yaml
+    from snapbuild.builder import component_yaml
 
     comp = trial.staged / name
     meta = comp / "meta" / "component.yaml"

@@ -96,7 +96,7 @@ def _status_text(data: dict[str, Any]) -> str:
     ]
     if data["engine"] and service["enabled"] and not service["active"]:
         lines.append(
-            "The service is enabled but not running: it may still be starting, or it failed "
+            "The service is enabled but not running: stopped, still starting, or failed "
             "(see the service log)."
         )
     if data["problem"]:
@@ -337,7 +337,10 @@ def _plan_steps(
 
 def _confirm() -> bool:
     try:
-        return click.confirm("Continue?", default=False)
+        answer = click.confirm("Continue?", default=False)
+        if not sys.stdin.isatty():
+            click.echo("")  # the piped answer is not echoed; end the prompt's line
+        return answer
     except click.exceptions.Abort:
         click.echo("")
         return False

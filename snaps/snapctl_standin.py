@@ -350,6 +350,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] not in COMMANDS:
         sys.stderr.write(f"error: unknown command, use one of: {', '.join(COMMANDS)}\n")
         return 1
+    missing = [v for v in ("SNAP", "SNAP_NAME", STATE_VAR) if not os.environ.get(v)]
+    if missing:
+        sys.stderr.write(
+            f"error: {', '.join(missing)} not set: run this stand-in in the simulated snap "
+            "environment (source the trial's env.sh)\n"
+        )
+        return 1
     try:
         out = COMMANDS[args[0]](args[1:])
     except StandinError as err:
