@@ -75,8 +75,8 @@ def _text(value: Any) -> str:
 def error_name(exc: BaseException, lib: Any) -> str:
     """The NVML_ERROR_* name of an NVMLError, by its numeric value."""
     value = getattr(exc, "value", None)
-    for name in dir(lib):
-        if name.startswith("NVML_ERROR_") and getattr(lib, name) == value:
+    for name in nvml_table().errors:
+        if getattr(lib, name, None) == value:
             return name
     return f"NVML error {value}"
 
