@@ -225,6 +225,8 @@ def _check_hostname(hostname: object, file: str, number: int, inventory: Invento
         return True
     if hostname is None:
         why = 'has no "hostname"'
+    elif isinstance(hostname, str):
+        why = 'has an empty "hostname"'
     else:
         why = f'has a "hostname" that is {_json_type(hostname)}, not a non-empty string'
     inventory.report(
