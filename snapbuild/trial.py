@@ -341,6 +341,7 @@ def prepare(
     port: int | None = None,
     work_dir: Path | None = None,
     echo: Callable[[str], None] = print,
+    connections: dict[str, bool] | None = None,
 ) -> tuple[Trial, Decision, str]:
     """Render, select, assemble, stage and install (run the install and configure hooks)."""
     from snapbuild.manifest_loader import load_manifest
@@ -384,6 +385,9 @@ def prepare(
         preset["port"] = port
     if engine is not None:
         preset["engine"] = engine
+    if connections:  # e.g. {"hardware-observe": False}: a plug the operator has not connected
+        trial.state.mkdir(parents=True, exist_ok=True)
+        (trial.state / "connections.json").write_text(json.dumps(connections))
     if preset:
         trial.snapctl("set", *(f"{k}={json.dumps(v)}" for k, v in preset.items()))
     for hook in ("install", "configure"):
@@ -421,7 +425,7 @@ def run_trial(
         status = json.loads(trial.run("status", "--json").stdout)
         if status["engine"] is None:
             raise NoEngineError(
-                f"no engine of {model} fits this machine; the service stays disabled",
+                f"no engine of {status['model']} fits this machine; the service stays disabled",
                 details=trial.run("status").stdout.strip(),
             )
         endpoint = status["endpoint"]
