@@ -1,0 +1,120 @@
+"""The runtime catalog (runtimes/catalog.yaml) and the code reading it agree."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from typing import get_args
+
+import yaml
+
+from runtimes.catalog import CATALOG_PATH, RuntimeCatalog, load_catalog
+from snapbuild.build.naming import name_problems
+from snapbuild.manifest import Architecture, GpuVendor
+
+CATALOG = load_catalog()
+PINNED = re.compile(r"^[a-z0-9][a-z0-9._-]*==[0-9][0-9A-Za-z.]*$")
+# interfaces snapd provides under these names (the rest must be declared plugs)
+STANDARD_INTERFACES = {"opengl", "hardware-observe", "network", "network-bind", "home"}
+GGML_FLAGS = {
+    "llama.cpp-cpu": ["-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON", "-DGGML_NATIVE=OFF"],
+    "llama.cpp-cuda": ["-DGGML_CUDA=ON"],
+    "llama.cpp-vulkan": ["-DGGML_VULKAN=ON"],
+    "llama.cpp-rocm": ["-DGGML_HIP=ON"],
+}
+
+
+def test_catalog_ids() -> None:
+    assert CATALOG.ids == (
+        "llama.cpp-cpu",
+        "llama.cpp-cuda",
+        "llama.cpp-vulkan",
+        "llama.cpp-rocm",
+        "openvino-cpu",
+        "openvino-gpu",
+        "openvino-npu",
+        "onnxruntime-cpu",
+        "onnxruntime-cuda",
+        "onnxruntime-openvino",
+    )
+
+
+def test_catalog_file_round_trips_through_the_model() -> None:
+    raw = yaml.safe_load(CATALOG_PATH.read_text())
+    assert RuntimeCatalog.model_validate(raw) == CATALOG
+    assert len(raw["runtimes"]) == len(CATALOG.runtimes)
+
+
+def test_adapter_modules_exist() -> None:
+    for entry in CATALOG.runtimes:
+        module, _, cls = entry.adapter.partition(":")
+        assert cls and importlib.util.find_spec(module) is not None, entry.adapter
+
+
+def test_vendors_architectures_and_component_names_are_known() -> None:
+    vendors, arches = set(get_args(GpuVendor)), set(get_args(Architecture))
+    for entry in CATALOG.runtimes:
+        assert set(entry.gpu_vendors) <= vendors, entry.id
+        assert set(entry.architectures) <= arches, entry.id
+        assert bool(entry.vendors) == (entry.device != "cpu"), entry.id
+    project = {"name": "probe", "components": {e.component: {} for e in CATALOG.runtimes}}
+    assert name_problems(project) == []
+
+
+def test_every_runtime_has_a_pinned_build_recipe() -> None:
+    for entry in CATALOG.runtimes:
+        recipe = entry.build
+        assert recipe is not None and (recipe.native or recipe.python), entry.id
+        if recipe.native is not None:
+            assert recipe.native.source.startswith("https://github.com/ggml-org/llama.cpp")
+            assert re.fullmatch(r"b\d+", recipe.native.source_tag), entry.id
+        if recipe.python is not None:
+            for package in recipe.python.python_packages:
+                assert PINNED.match(package), f"{entry.id}: {package} is not pinned"
+
+
+def test_llama_cpp_variants_have_their_ggml_flags() -> None:
+    families = {e.id: e for e in CATALOG.runtimes if e.family == "llama.cpp"}
+    assert sorted(families) == sorted(GGML_FLAGS)
+    tags = set()
+    for runtime_id, flags in GGML_FLAGS.items():
+        native = families[runtime_id].build.native  # type: ignore[union-attr]
+        assert native is not None
+        params = list(native.cmake_parameters)
+        assert [p for p in params if p.startswith("-DGGML_") and p in flags] == flags
+        others = {f for fs in GGML_FLAGS.values() for f in fs} - set(flags) - {"-DGGML_NATIVE=OFF"}
+        assert not others & set(params), runtime_id
+        tags.add(native.source_tag)
+    assert len(tags) == 1, "every llama.cpp variant builds the same upstream release"
+
+
+def test_runtimes_sharing_a_component_share_its_build() -> None:
+    by_component: dict[str, list] = {}
+    for entry in CATALOG.runtimes:
+        by_component.setdefault(entry.component, []).append(entry)
+    for component, entries in by_component.items():
+        assert all(e.build == entries[0].build for e in entries), component
+        assert len({e.architectures for e in entries}) == 1, component
+        assert len({e.family for e in entries}) == 1, component
+
+
+def test_interfaces_are_standard_or_declared() -> None:
+    for entry in CATALOG.runtimes:
+        for interface in entry.interfaces:
+            assert interface in STANDARD_INTERFACES | set(CATALOG.plug_definitions), interface
+    used = {i for e in CATALOG.runtimes for i in e.interfaces}
+    assert set(CATALOG.plug_definitions) <= used, "a declared plug no runtime uses"
+
+
+def test_variants_cover_every_runtime() -> None:
+    from snapbuild.build.plan import in_variant
+    from snapbuild.manifest import Engine
+
+    assert [v.name for v in CATALOG.variants] == ["cpu", "nvidia", "amd", "intel"]
+    for entry in CATALOG.runtimes:
+        engine = Engine(name="e1", summary="s", runtime=entry.id, artifact="a1")
+        homes = [v.name for v in CATALOG.variants if in_variant(engine, entry, v)]
+        if entry.device == "cpu":
+            assert homes == ["cpu", "nvidia", "amd", "intel"], entry.id
+        else:
+            assert sorted(homes) == sorted(entry.vendors), entry.id
