@@ -134,21 +134,22 @@ def kv_cache_bytes(shape: ModelShape, context_size: int, family: Family = "llama
 
 
 def compute_bytes(shape: ModelShape, context_size: int, family: Family = "llama.cpp") -> int:
-    """Scratch buffers: logits, activations of one batch, attention scores."""
+    """What grows besides weights and KV: vocabulary tables and logits, the touched part of
+    the batch activations and attention scores (coefficients in estimate.yaml)."""
     consts = family_constants(family)
     c = consts["compute"]
     ubatch = int(consts["ubatch"])
     ctx = padded_context(context_size, family)
     embd = shape.embedding_size or shape.attention_heads * shape.key_size
     ff = shape.feed_forward_size or 4 * embd
-    logits = int(c["logits-rows"]) * (shape.vocab_size or 0) * 4
+    vocab = float(c["vocab-bytes-per-token"]) * (shape.vocab_size or 0)
     activations = ubatch * (embd * float(c["activation-bytes-per-embd"]))
     activations += ubatch * (ff * float(c["activation-bytes-per-ff"]))
     keys = ctx if shape.kind != "embeddings" else min(ctx, ubatch)
     scores = (
         ubatch * shape.attention_heads * keys * float(c["score-bytes"]) * float(c["score-fraction"])
     )
-    return int(logits + activations + scores)
+    return int(vocab + activations + scores)
 
 
 def estimate(shape: ModelShape, context_size: int, family: Family = "llama.cpp") -> Breakdown:

@@ -171,7 +171,7 @@ class Condition(KebabModel):
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Condition:
-        given = [k for k, v in self.__dict__.items() if v is not None]
+        given = [k.replace("_", "-") for k, v in self.__dict__.items() if v is not None]
         if len(given) != 1:
             raise ValueError(
                 "a condition sets exactly one of architecture, cpu-flags, x86-64-level, "

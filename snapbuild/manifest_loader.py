@@ -176,7 +176,38 @@ def _fix_for(err: dict[str, Any]) -> tuple[str, str]:
     if noun is not None:
         return f"expected {noun}{shown}", f"write {field} as {noun}"
     message = str(err["msg"]).removeprefix("Value error, ")
-    return message + shown, f"correct {field} as the message says. {SCHEMA_HINT}"
+    ctx = err.get("ctx") or {}
+    bound_fixes = {
+        "greater_than": lambda: f"use a number greater than {ctx.get('gt')}",
+        "greater_than_equal": lambda: f"use a number of at least {ctx.get('ge')}",
+        "less_than_equal": lambda: f"use a number of at most {ctx.get('le')}",
+        "string_too_long": lambda: f"shorten it to at most {ctx.get('max_length')} characters",
+        "too_short": lambda: f"list at least {ctx.get('min_length')} item(s) under {field}",
+    }
+    if kind in bound_fixes:
+        return message + shown, bound_fixes[kind]()
+    if (
+        isinstance(loc[-1] if loc else None, int)
+        and len(loc) >= 2
+        and loc[-2]
+        in (
+            "all-of",
+            "any-of",
+        )
+    ):
+        return message + shown, "split it into one condition per list item"
+    if key == "files" or (loc and isinstance(loc[-1], int) and "files" in loc):
+        if "shards" in message:
+            return message + shown, "split the file into pieces under 5 GB and list them as shards"
+    return message + shown, _VALUE_FIXES.get(key, f"correct {field}. {SCHEMA_HINT}")
+
+
+_VALUE_FIXES: dict[str, str] = {
+    "name": "use 2-40 lowercase letters, digits and single hyphens, e.g. 'gemma3' or 'cpu-avx2'",
+    "sha256": "paste the file's 64-character lowercase hex digest (`sha256sum FILE`)",
+    "path": "use a file name relative to the artifact's directory, e.g. 'model.gguf'",
+    "url": "use an https:// URL",
+}
 
 
 _TYPE_NOUNS: dict[str, str] = {
@@ -240,14 +271,14 @@ def _catalog_problems(data: dict[str, Any]) -> list[tuple[Loc, str, str]]:
             )
             continue
         fmt = formats.get(eng.get("artifact"))
-        if isinstance(fmt, str) and fmt not in entry.formats:
+        if fmt in ("gguf", "openvino-ir", "onnx") and fmt not in entry.formats:
             out.append(
                 (
                     ("engines", i, "runtime"),
                     f"runtime {rid!r} cannot read artifact {eng.get('artifact')!r} "
                     f"(format {fmt}; it reads {', '.join(entry.formats)})",
                     "point the engine at an artifact in a format this runtime reads, "
-                    "or pick a runtime that reads " + fmt,
+                    f"or pick a runtime that reads {fmt}",
                 )
             )
         if isinstance(kind, str) and kind not in entry.capabilities:
@@ -425,6 +456,8 @@ def _load(path: Path, shown: str) -> Manifest:
                 continue  # a cross-reference error the located checks already report
             message, fix = _fix_for(dict(err))
             problems.append(Problem(shown, line_of(root, loc), field_name(loc), message, fix))
+    problems = _drop_parent_noise(problems)
+    located += _snake_case_keys(root)
     if manifest is not None:
         located += _context_problems(manifest)
     problems += [
@@ -433,6 +466,41 @@ def _load(path: Path, shown: str) -> Manifest:
     if problems or manifest is None:
         raise _error(shown, problems)
     return manifest
+
+
+def _drop_parent_noise(problems: list[Problem]) -> list[Problem]:
+    """pydantic also reports "at least 1 item" on a list whose only item failed: drop it."""
+    fields = [p.field for p in problems]
+    return [
+        p
+        for p in problems
+        if not (
+            "at least 1 item" in p.message
+            and any(f != p.field and f.startswith(p.field + "[") for f in fields)
+        )
+    ]
+
+
+def _snake_case_keys(root: yaml.Node | None, loc: Loc = ()) -> list[tuple[Loc, str, str]]:
+    """Keys written snake_case: pydantic would accept them by field name; manifests are kebab."""
+    out: list[tuple[Loc, str, str]] = []
+    if isinstance(root, yaml.MappingNode):
+        allowed = allowed_keys(loc)
+        for k, v in root.value:
+            key = str(getattr(k, "value", ""))
+            if "_" in key and key.replace("_", "-") in allowed:
+                out.append(
+                    (
+                        loc + (key,),
+                        f"key {key!r} is snake_case",
+                        f"write it kebab-case: {key.replace('_', '-')!r}",
+                    )
+                )
+            out.extend(_snake_case_keys(v, loc + (key,)))
+    elif isinstance(root, yaml.SequenceNode):
+        for i, item in enumerate(root.value):
+            out.extend(_snake_case_keys(item, loc + (i,)))
+    return out
 
 
 def _error(shown: str, problems: list[Problem]) -> ManifestError:
