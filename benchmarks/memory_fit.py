@@ -47,13 +47,17 @@ after = rss()
 print(json.dumps({"before": before, "loaded": loaded, "after": after}))
 """
 
-SHAPES = {
+GQA = dict(embedding=1024, layers=8, heads=16, kv_heads=2, feed_forward=2816)
+MHA = dict(embedding=512, layers=24, heads=8, kv_heads=8, feed_forward=1024)
+DEEP_Q8 = dict(embedding=768, layers=32, heads=12, kv_heads=4, feed_forward=2048, dtype="Q8_0")
+WIDE_F32 = dict(embedding=1024, layers=4, heads=8, kv_heads=8, feed_forward=4096, dtype="F32")
+SHAPES: dict[str, tuple[dict[str, object], tuple[int, ...]]] = {
     # name: (generator keyword arguments, contexts)
-    "gqa-16h-2kv-f16": (dict(embedding=1024, layers=8, heads=16, kv_heads=2, feed_forward=2816), (2048, 8192)),
-    "mha-8h-8kv-f16": (dict(embedding=512, layers=24, heads=8, kv_heads=8, feed_forward=1024), (1024, 8192)),
-    "deep-32l-q8_0": (dict(embedding=768, layers=32, heads=12, kv_heads=4, feed_forward=2048, dtype="Q8_0"), (4096,)),
-    "wide-f32": (dict(embedding=1024, layers=4, heads=8, kv_heads=8, feed_forward=4096, dtype="F32"), (4096,)),
-}  # fmt: skip
+    "gqa-16h-2kv-f16": (GQA, (2048, 8192)),
+    "mha-8h-8kv-f16": (MHA, (1024, 8192)),
+    "deep-32l-q8_0": (DEEP_Q8, (4096,)),
+    "wide-f32": (WIDE_F32, (4096,)),
+}
 
 
 def measure(path: Path, ctx: int) -> int:

@@ -196,9 +196,8 @@ def _fix_for(err: dict[str, Any]) -> tuple[str, str]:
         )
     ):
         return message + shown, "split it into one condition per list item"
-    if key == "files" or (loc and isinstance(loc[-1], int) and "files" in loc):
-        if "shards" in message:
-            return message + shown, "split the file into pieces under 5 GB and list them as shards"
+    if "files" in loc and "shards" in message:
+        return message + shown, "split the file into pieces under 5 GB and list them as shards"
     return message + shown, _VALUE_FIXES.get(key, f"correct {field}. {SCHEMA_HINT}")
 
 
