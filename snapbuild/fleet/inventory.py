@@ -34,6 +34,7 @@ INI_SUFFIXES = (".ini", ".cfg", ".hosts")
 # is always escaped, so an unescaped '"hostname"' followed by a colon can only be a key.
 _HOSTNAME_RE = re.compile(r'"hostname"\s*:\s*("(?:[^"\\]|\\.)*"|null)')
 _HOSTNAME_KEY = '"hostname"'
+_PLAIN_STRING_RE = re.compile(r'"[^"\\\x00-\x1f]*"\Z')
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,14 @@ class HostEntry:
     """One host of the fleet: its name, where it was read, and the key of its hardware profile."""
 
     hostname: str
-    source: str  # "file:line"
+    file: str
+    line: int | None
     key: str
+
+    @property
+    def source(self) -> str:
+        """``file:line`` (built on demand: 100,000 hosts need not format it while reading)."""
+        return self.file if self.line is None else f"{self.file}:{self.line}"
 
 
 @dataclass
@@ -74,7 +81,7 @@ class Inventory:
     profiles: dict[str, HostProfile] = field(default_factory=dict)  # key -> profile, no hostname
     issues: list[InventoryIssue] = field(default_factory=list)
     _raw_keys: dict[str, str | InventoryIssue] = field(default_factory=dict, repr=False)
-    _seen: dict[str, str] = field(default_factory=dict, repr=False)  # hostname -> source
+    _seen: dict[str, HostEntry] = field(default_factory=dict, repr=False)
 
     # -- building --------------------------------------------------------------------------
     def add_profile(self, profile: HostProfile) -> str:
@@ -87,18 +94,18 @@ class Inventory:
 
     def add_host(self, hostname: str, file: str, line: int | None, key: str) -> None:
         """Add a host, or report it when an earlier entry already used its name."""
-        source = f"{file}:{line}" if line is not None else file
         first = self._seen.get(hostname)
         if first is not None:
             self.report(
                 file,
                 line,
-                f"host {hostname!r} is already planned from {first}; hostnames must be unique "
-                "across inventories (this entry is skipped)",
+                f"host {hostname!r} is already planned from {first.source}; hostnames must be "
+                "unique across inventories (this entry is skipped)",
             )
             return
-        self._seen[hostname] = source
-        self.hosts.append(HostEntry(hostname, source, key))
+        entry = HostEntry(hostname, file, line, key)
+        self._seen[hostname] = entry
+        self.hosts.append(entry)
 
     def report(self, file: str, line: int | None, message: str) -> None:
         """Record a skipped entry."""
@@ -165,11 +172,15 @@ def _read_json_line(line: str, file: str, number: int, inventory: Inventory) -> 
     if match is None or line.count(_HOSTNAME_KEY) != 1:
         _read_json_line_slowly(line, file, number, inventory)
         return
-    try:
-        hostname = json.loads(match.group(1))
-    except json.JSONDecodeError:
-        _read_json_line_slowly(line, file, number, inventory)
-        return
+    literal = match.group(1)
+    if _PLAIN_STRING_RE.match(literal):
+        hostname: object = literal[1:-1]  # no escapes or control characters: no decoding needed
+    else:
+        try:
+            hostname = json.loads(literal)
+        except json.JSONDecodeError:
+            _read_json_line_slowly(line, file, number, inventory)
+            return
     raw_key = line[: match.start(1)] + line[match.end(1) :].rstrip()
     known = inventory._raw_keys.get(raw_key)
     if known is None:
