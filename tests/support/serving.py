@@ -19,7 +19,9 @@ import httpx
 import yaml
 
 
-def wait_healthy(base: str, *, timeout: float = 60.0, proc: subprocess.Popen[str] | None = None) -> dict[str, Any]:
+def wait_healthy(
+    base: str, *, timeout: float = 60.0, proc: subprocess.Popen[str] | None = None
+) -> dict[str, Any]:
     """Poll /health until 200; return its body."""
     deadline = time.monotonic() + timeout
     last: Any = None
@@ -60,7 +62,9 @@ def app_in_thread(app: Any) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def snapbuild_serve(*args: str, env: dict[str, str] | None = None, timeout: float = 90.0) -> Iterator[str]:
+def snapbuild_serve(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 90.0
+) -> Iterator[str]:
     """Run ``snapbuild serve ARGS --port auto`` as a subprocess; yield its base URL."""
     command = [sys.executable, "-c", "from snapbuild.cli import main; main()", "serve", *args]
     proc = subprocess.Popen(

@@ -1,0 +1,67 @@
+"""schemathesis against the served OpenAPI document: generated requests never get a 5xx, and
+responses match the documented status codes, content types and schemas. Bounded (few examples
+per operation) so it stays quick on two cores; uses the tiny llama GGUF."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+)
+from support.serving import app_in_thread
+from support.tiny_models import write_tiny_llama_gguf
+
+from runtimes.base import LoadOptions
+from runtimes.llamacpp import LlamaCppAdapter
+from runtimes.server import create_app
+
+pytestmark = pytest.mark.slow
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    path = write_tiny_llama_gguf(tmp_path_factory.mktemp("schema") / "tiny.gguf")
+    adapter = LlamaCppAdapter(
+        LoadOptions(artifact=path, runtime="llama.cpp-cpu", context_size=128, threads=1)
+    )
+    app = create_app(adapter, model_id="tiny", engine="cpu", device="cpu", context_size=128)
+    with app_in_thread(app) as url:
+        yield url
+
+
+def test_no_server_errors(base: str) -> None:
+    schema = schemathesis.openapi.from_url(f"{base}/openapi.json")
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert sorted(f"{op.method.upper()} {op.path}" for op in operations) == [
+        "GET /health",
+        "GET /v1/models",
+        "GET /v1/models/{model}",
+        "POST /v1/chat/completions",
+        "POST /v1/completions",
+        "POST /v1/embeddings",
+    ]
+    for operation in operations:
+
+        @given(case=operation.as_strategy())
+        @settings(
+            max_examples=8, deadline=None, suppress_health_check=list(HealthCheck), database=None
+        )
+        def check(case: schemathesis.Case) -> None:
+            case.call_and_validate(checks=CHECKS)
+
+        check()
+    assert httpx.get(f"{base}/health").status_code == 200
