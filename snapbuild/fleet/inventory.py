@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from pydantic import ValidationError
 
@@ -231,7 +231,9 @@ def _with_host(message: str, hostname: object) -> str:
     return f"host {hostname!r}: {message}" if isinstance(hostname, str) and hostname else message
 
 
-def _check_hostname(hostname: object, file: str, number: int, inventory: Inventory) -> bool:
+def _check_hostname(
+    hostname: object, file: str, number: int, inventory: Inventory
+) -> TypeGuard[str]:
     if isinstance(hostname, str) and hostname.strip():
         return True
     if hostname is None:
