@@ -17,6 +17,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -439,7 +440,10 @@ def run_trial(
         echo(summary(result, prompt))
         if keep_running:
             echo("The server keeps running; press Ctrl-C to stop it.")
-            _wait_forever()
+            try:
+                _wait_forever()
+            except KeyboardInterrupt:
+                echo("Stopping the server.")
     return result
 
 
@@ -477,5 +481,14 @@ def _stopping(trial: Trial) -> Iterator[None]:
 
 
 def _wait_forever() -> None:
-    while True:
-        time.sleep(3600)
+    """Sleep until Ctrl-C or SIGTERM (both end as KeyboardInterrupt, so the server stops)."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        while True:
+            time.sleep(3600)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
