@@ -110,4 +110,5 @@ class RuntimeCatalog(KebabModel):
 def load_catalog(path: Path = CATALOG_PATH) -> RuntimeCatalog:
     """Load and validate the catalog (cached: it is read-only data)."""
     with path.open(encoding="utf-8") as fh:
-        return RuntimeCatalog.model_validate(yaml.safe_load(fh))
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
+        return RuntimeCatalog.model_validate(yaml.load(fh, Loader=loader))

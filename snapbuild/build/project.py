@@ -33,7 +33,7 @@ GRADES = ("stable", "devel")
 def skeleton(path: Path) -> dict[str, Any]:
     """The fixed parts of every project (cached; callers get a deep copy)."""
     with path.open(encoding="utf-8") as fh:
-        data: dict[str, Any] = yaml.safe_load(fh)
+        data: dict[str, Any] = yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     return data
 
 

@@ -41,7 +41,10 @@ _SOURCE_ITEMS = (
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
 
 
-class _Dumper(yaml.SafeDumper):
+_SafeDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter when present
+
+
+class _Dumper(_SafeDumper):  # type: ignore[valid-type,misc]
     """SafeDumper writing multi-line strings as literal blocks, so descriptions stay readable."""
 
 
