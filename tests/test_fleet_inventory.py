@@ -191,3 +191,27 @@ def test_host_ranges() -> None:
     assert expand_host_pattern("web[1:9:4]") == ["web1", "web5", "web9"]
     with pytest.raises(ValueError, match="empty host range"):
         expand_host_pattern("h[5:1]")
+
+
+def test_unreadable_ansible_inventories(tmp_path: Path) -> None:
+    bad_yaml = tmp_path / "bad.yml"
+    bad_yaml.write_text("all:\n  hosts:\n    a: [\n")
+    not_groups = tmp_path / "list.yaml"
+    not_groups.write_text("- a\n- b\n")
+    empty = tmp_path / "hosts"
+    empty.write_text("# nothing here\n[group]\n")
+    inline = tmp_path / "inline.ini"
+    inline.write_text("h1 hwprobe='{\"cpus\": [}'\nh2 hwprobe='[1]'\nh3 odd\n")
+    inventory = read_inventories([bad_yaml, not_groups, empty, inline])
+    assert inventory.hosts == []
+    assert issues_of(inventory) == [
+        f"{bad_yaml}:4: invalid YAML: expected the node content, but found '<stream end>'",
+        f"{not_groups}:1: an Ansible YAML inventory is a mapping of groups",
+        f"{empty}: the inventory lists no hosts",
+        f"{inline}:1: host 'h1': hwprobe ({inline}:1) is not valid JSON: Expecting value "
+        "(column 11)",
+        f"{inline}:2: host 'h2': hwprobe ({inline}:2): a hwprobe profile is a JSON object, not "
+        "an array",
+        f"{inline}:3: host 'h3': expected key=value, got 'odd' (quote values with spaces, e.g. "
+        "hwprobe='{...}')",
+    ]
