@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
 from support.build import CASES
 
 from snapbuild.builder import build_project
@@ -43,7 +44,8 @@ FIELDS: dict[tuple[Any, ...], tuple[Any, ...] | None] = {
     ("engines", 0, "summary"): None,
     ("model", "architecture"): None,
     ("artifacts", 0, "quantization"): None,
-    ("artifacts", 0, "files", 0, "url"): ("parts", "artifact-tiny-q4-tiny-q4-1-gguf", "source"),
+    ("artifacts", 0, "files", 0, "url"): ("parts", "artifact-tiny-q4-1", "source"),
+    ("artifacts", 0, "files", 0, "path"): None,  # checked below: an organize destination
 }
 
 
@@ -96,6 +98,10 @@ BENIGN = build_project(_manifest(BASE), source="src")
 @pytest.mark.parametrize("hostile", HOSTILE)
 def test_hostile_value_cannot_change_keys(field: tuple[Any, ...], hostile: str) -> None:
     value = _value(field, hostile)
+    if field[-1] == "path" and "\n" in value:
+        with pytest.raises(ValidationError, match="relative file name"):
+            _manifest(_set(BASE, field, value))
+        return  # the manifest refuses multi-line file names
     manifest = _manifest(_set(BASE, field, value))
     built = build_project(manifest, source="src")
     parsed, benign = _parsed(built.files), _parsed(BENIGN.files)
@@ -106,6 +112,9 @@ def test_hostile_value_cannot_change_keys(field: tuple[Any, ...], hostile: str) 
     target = FIELDS[field]
     if target is not None:
         assert _get(parsed["snap/snapcraft.yaml"], target) == value
+    if field[-1] == "path":
+        organize = parsed["snap/snapcraft.yaml"]["parts"]["artifact-tiny-q4-1"]["organize"]
+        assert organize == {"tiny-Q4_1.gguf": f"(component/tiny-q4)/{value}"}
     # the manifest copy reads back to the same manifest
     copy_text = built.files["snapbuild-data/manifest.yaml"]
     assert _manifest(yaml.safe_load(copy_text)) == manifest

@@ -38,6 +38,7 @@ class Piece(KebabModel):
 
     artifact: str
     file: str  # the artifact file this piece belongs to (ArtifactFile.path)
+    file_index: int  # 1-based position of that file in the artifact (names its part)
     path: str  # where it lands inside its component
     size: int
     kind: Literal["file", "shard"]
@@ -287,8 +288,13 @@ def _artifact_components(manifest: Manifest, engines: list[Engine]) -> tuple[Com
     return tuple(out)
 
 
-def _pieces(artifact: Artifact, file: ArtifactFile) -> list[Piece]:
-    common = {"artifact": artifact.name, "file": file.path, "placeholder": file.placeholder}
+def _pieces(artifact: Artifact, file: ArtifactFile, file_index: int) -> list[Piece]:
+    common = {
+        "artifact": artifact.name,
+        "file": file.path,
+        "file_index": file_index,
+        "placeholder": file.placeholder,
+    }
     if file.shards:
         return [
             Piece(
@@ -312,8 +318,8 @@ def _pieces(artifact: Artifact, file: ArtifactFile) -> list[Piece]:
 def _pack(artifact: Artifact) -> list[ComponentPlan]:
     """Pack an artifact's pieces, in order, into as few components under the budget as fit."""
     bins: list[list[Piece]] = [[]]
-    for file in artifact.files:
-        for piece in _pieces(artifact, file):
+    for file_index, file in enumerate(artifact.files, 1):
+        for piece in _pieces(artifact, file, file_index):
             if piece.size > COMPONENT_BUDGET:
                 raise ManifestError(
                     f"{artifact.name}/{piece.path} is {piece.size} bytes: with the squashfs "

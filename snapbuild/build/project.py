@@ -231,9 +231,9 @@ def _artifact_parts(plan: BuildPlan) -> dict[str, Any]:
 
 
 def _part_name(piece: Piece) -> str:
-    stem = "".join(ch if ch.isalnum() else "-" for ch in piece.file.lower())
+    """``artifact-<artifact>-<file number>[-<shard number>]``: names never carry file paths."""
     suffix = f"-{piece.index:02d}" if piece.kind == "shard" else ""
-    return f"artifact-{piece.artifact}-{stem}{suffix}"
+    return f"artifact-{piece.artifact}-{piece.file_index}{suffix}"
 
 
 def _download_part(piece: Piece) -> dict[str, Any]:
