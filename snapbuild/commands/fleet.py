@@ -83,7 +83,7 @@ def plan_cmd(
         )
     selector = default_selector(include_experimental=include_experimental)
     plan = plan_fleet(manifest, hosts, selector=selector, near_margin=near_margin / 100)
-    advice = advise(plan, selector)
+    advice = [] if as_csv else advise(plan, selector)  # CSV has no summary to put it in
     if as_json:
         sys.stdout.write(report.to_json(plan, advice) + "\n")
     elif as_csv:
