@@ -44,7 +44,7 @@ PRECEDENCE: tuple[str, ...] = (
     "memory fit verified before fit unknown",
     "estimated decode tokens/s (bandwidth x runtime efficiency / weight bytes), "
     "capped at the sufficient speed",
-    "better quantization (more bits per weight)",
+    "better quantization (more bits per weight); smaller footprint when the fit is unverified",
     "uncapped decode tokens/s (e.g. CUDA before Vulkan on one GPU)",
     "manifest order",
 )
@@ -66,7 +66,9 @@ def hardware_table() -> dict[str, Any]:
 
 
 def gib(n: int | float) -> str:
-    """Bytes as GiB with one decimal, the unit people compare memory in."""
+    """Bytes as GiB with one decimal (MiB below 1 GiB), the units people compare memory in."""
+    if n < GIB:
+        return f"{n / 1024**2:.0f} MiB"
     return f"{n / GIB:.1f} GiB"
 
 
@@ -557,7 +559,10 @@ class Judged:
             classes.index(self.accel),
             0 if self.verified else 1,
             -tps,
-            -quantization_bits(self.candidate.quantization),
+            # a verified fit lets quality win; an unverified one prefers the smaller footprint
+            -quantization_bits(self.candidate.quantization)
+            if self.verified
+            else (self.candidate.memory.required if self.candidate.memory else 0),
             -(self.candidate.estimated_tokens_per_second or 0.0),
             self.index,
         )
@@ -664,6 +669,11 @@ def _why(winner: Judged, runner: Judged | None, rejected: int, forced: bool) -> 
         return (
             f"{w.engine} decodes ~{w.estimated_tokens_per_second:g} tokens/s, runner-up "
             f"{r.engine} ~{r.estimated_tokens_per_second:g} (same accelerator class)"
+        )
+    if wk[3] != rk[3] and not winner.verified:
+        return (
+            f"{w.engine} and runner-up {r.engine} both reach the sufficient {cap:g} tokens/s "
+            f"and their fit is unverified; {w.engine} needs less memory"
         )
     if wk[3] != rk[3]:
         return (

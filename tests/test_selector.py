@@ -1,0 +1,201 @@
+"""The selector on constructed hosts: verdict wording, unknown facts, memory fit and
+context step-down, experimental engines, forcing an engine, and purity."""
+
+from __future__ import annotations
+
+import pytest
+
+import hwprobe
+from hwprobe.profile import CpuFacts, GpuFacts, HostProfile, MemoryFacts, NpuFacts, PciIds
+from snapbuild.errors import UsageError
+from snapbuild.manifest_loader import load_manifest
+from snapbuild.selector import PRECEDENCE, select
+
+GIB = 1024**3
+AVX2 = ("avx", "avx2", "f16c", "fma", "sse4_2")
+
+
+def cpu(flags: tuple[str, ...] = AVX2, arch: str = "amd64") -> CpuFacts:
+    return CpuFacts(architecture=arch, vendor="GenuineIntel", flags=flags, threads=8)
+
+
+def nvidia(vram: int | None, device: str = "0x2504", cc: str | None = "8.6") -> GpuFacts:
+    pci = PciIds(slot="0000:01:00.0", pci_class="0x0300", vendor_id="0x10de", device_id=device)
+    return GpuFacts(
+        vendor="nvidia",
+        name="GeForce RTX",
+        pci=pci,
+        vram=vram,
+        compute_capability=cc,
+        integrated=False,
+    )
+
+
+def intel_igpu() -> GpuFacts:
+    pci = PciIds(slot="0000:00:02.0", pci_class="0x0300", vendor_id="0x8086", device_id="0x64a0")
+    return GpuFacts(vendor="intel", name="Arc 140V", pci=pci, integrated=True, unified_memory=True)
+
+
+def intel_npu(loaded: bool | None) -> NpuFacts:
+    pci = PciIds(slot="0000:00:0b.0", pci_class="0x1200", vendor_id="0x8086", device_id="0x643e")
+    return NpuFacts(
+        vendor="intel",
+        name="Intel NPU (Lunar Lake)",
+        pci=pci,
+        driver="intel_vpu",
+        driver_loaded=loaded,
+        llm_capable=True,
+    )
+
+
+def host(
+    *,
+    ram: int | None = 16 * GIB,
+    gpus: tuple[GpuFacts, ...] = (),
+    npus: tuple[NpuFacts, ...] = (),
+    flags: tuple[str, ...] = AVX2,
+) -> HostProfile:
+    return HostProfile(
+        cpus=(cpu(flags),), memory=MemoryFacts(total=ram, available=ram), gpus=gpus, npus=npus
+    )
+
+
+def test_nvidia_with_enough_vram_gets_cuda_and_q8_when_fast_enough() -> None:
+    decision = select(load_manifest("gemma3"), host(gpus=(nvidia(12 * GIB),)))
+    assert decision.selected is not None
+    assert (decision.selected.engine, decision.selected.context_size) == ("cuda-q8", 8192)
+    assert decision.selected.why == (
+        "cuda-q8 and runner-up cuda both reach the sufficient 40 tokens/s; "
+        "Q8_0 keeps more precision than Q4_K_M"
+    )
+    cand = decision.candidate("cuda-q8")
+    assert cand is not None and cand.reasons == (
+        "snap built for amd64",
+        "NVIDIA GeForce RTX at 0000:01:00.0 (discrete)",
+        "compute capability 8.6 ≥ 5.0",
+        "NVIDIA VRAM 12.0 GiB ≥ 4.7 GiB needed at context 8192",
+    )
+    assert decision.precedence == PRECEDENCE
+
+
+def test_small_nvidia_gpu_is_rejected_for_memory_with_both_figures() -> None:
+    decision = select(load_manifest("gemma3"), host(gpus=(nvidia(2 * GIB),)))
+    cuda = decision.candidate("cuda")
+    assert cuda is not None and cuda.blockers == (
+        "NVIDIA VRAM 2.0 GiB < 2.9 GiB needed even at the minimum context 2048 (3.0 GiB at 8192)",
+    )
+    assert decision.selected is not None and decision.selected.device == "cpu"
+
+
+def test_unknown_vram_is_accepted_with_a_warning_and_ranked_after_verified_fits() -> None:
+    unknown = nvidia(None, device="0x9999", cc=None)
+    decision = select(load_manifest("gemma3"), host(gpus=(unknown,)))
+    assert decision.selected is not None and decision.selected.engine == "cuda"
+    cuda = decision.candidate("cuda")
+    assert cuda is not None and cuda.reasons[-1] == (
+        "NVIDIA VRAM unknown (NVML unavailable or no driver answer): 3.0 GiB needed at "
+        "context 8192, fit not verified"
+    )
+    messages = [w.message for w in decision.warnings]
+    assert "cuda: VRAM of the GPU unknown; 3.0 GiB needed, fit not verified" in messages
+
+
+def test_nominal_vram_of_a_known_device_is_used_when_nvml_is_missing() -> None:
+    mx250 = nvidia(None, device="0x1d13", cc=None)
+    decision = select(load_manifest("gemma3"), host(gpus=(mx250,)))
+    cuda = decision.candidate("cuda")
+    assert cuda is not None and cuda.blockers == (
+        "NVIDIA VRAM (nominal for device 0x1d13, not read from the driver) 2.0 GiB < 2.9 GiB "
+        "needed even at the minimum context 2048 (3.0 GiB at 8192)",
+    )
+
+
+def test_avx_only_cpu_verdict() -> None:
+    decision = select(load_manifest("smollm2"), host(flags=("avx", "sse4_2")))
+    avx2 = decision.candidate("cpu-avx2")
+    assert avx2 is not None and avx2.blockers == ("needs AVX2, FMA, F16C: CPU has AVX only",)
+    assert decision.selected is not None and decision.selected.engine == "cpu"
+
+
+def test_npu_driver_not_loaded_is_not_selected() -> None:
+    decision = select(load_manifest("gemma3"), host(npus=(intel_npu(False),)))
+    npu = decision.candidate("openvino-npu")
+    assert npu is not None and npu.blockers == (
+        "NPU driver not loaded (Intel NPU (Lunar Lake) at 0000:00:0b.0): install "
+        "intel-npu-driver (the snap or the linux-npu-driver packages) and reboot",
+    )
+
+
+def test_npu_with_driver_ranks_after_the_integrated_gpu_and_before_the_cpu() -> None:
+    decision = select(load_manifest("gemma3"), host(gpus=(intel_igpu(),), npus=(intel_npu(True),)))
+    ranked = [c.engine for c in decision.candidates if c.rank is not None]
+    assert ranked == [
+        "openvino-gpu",
+        "vulkan",
+        "openvino-npu",
+        "cpu-avx2",
+        "cpu-x86-64",
+        "cpu-avx2-q8",
+    ]
+    npu = decision.candidate("openvino-npu")
+    assert npu is not None and npu.context_size == 4096
+    assert "Intel NPU (Lunar Lake) at 0000:00:0b.0, driver intel_vpu loaded" in npu.reasons
+
+
+def test_context_steps_down_to_the_largest_that_fits() -> None:
+    decision = select(load_manifest("smollm2"), host(ram=int(0.2 * GIB)))
+    assert decision.selected is not None
+    cand = decision.candidate(decision.selected.engine)
+    assert cand is not None and cand.memory is not None
+    assert decision.selected.context_size == 3072
+    assert cand.memory.required <= cand.memory.available  # type: ignore[operator]
+    assert cand.reasons[-1] == (
+        "RAM available 205 MiB ≥ 204 MiB needed at context 3072 "
+        "(stepped down from 4096: 229 MiB needed there)"
+    )
+
+
+def test_nothing_fits_means_no_engine() -> None:
+    decision = select(load_manifest("gemma3"), host(ram=GIB))
+    assert decision.selected is None
+    assert all(not c.compatible for c in decision.candidates)
+
+
+def test_experimental_engines_only_when_asked() -> None:
+    igpu_host = host(gpus=(intel_igpu(),))
+    plain = select(load_manifest("minilm"), igpu_host)
+    assert plain.selected is not None and plain.selected.engine == "cpu"
+    ov = plain.candidate("openvino")
+    assert ov is not None and ov.blockers == ("experimental: considered only with --experimental",)
+    asked = select(load_manifest("minilm"), igpu_host, include_experimental=True)
+    assert asked.selected is not None and asked.selected.engine == "openvino"
+
+
+def test_forcing_an_engine() -> None:
+    manifest = load_manifest("gemma3")
+    forced = select(manifest, host(gpus=(nvidia(12 * GIB),)), engine="cpu-avx2")
+    assert forced.selected is not None and forced.selected.engine == "cpu-avx2"
+    assert forced.selected.why == "cpu-avx2 was asked for by name and is compatible"
+    refused = select(manifest, host(), engine="cuda")
+    assert refused.selected is None
+    with pytest.raises(UsageError) as info:
+        select(manifest, host(), engine="metal")
+    assert info.value.brief == "gemma3 has no engine named 'metal'"
+
+
+def test_select_never_probes_the_live_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> HostProfile:
+        raise AssertionError("the selector probed the machine")
+
+    monkeypatch.setattr(hwprobe, "probe", refuse)
+    assert select(load_manifest("smollm2"), host()).selected is not None
+
+
+def test_cuda_engine_needs_nvidia_even_without_a_written_requirement() -> None:
+    # minilm's cuda engine lists no requirement: the runtime catalog implies an NVIDIA GPU
+    decision = select(load_manifest("minilm"), host(gpus=(intel_igpu(),)))
+    cuda = decision.candidate("cuda")
+    assert cuda is not None and cuda.blockers == (
+        "needs an NVIDIA GPU (onnxruntime-cuda): Intel Arc 140V at 0000:00:02.0 is Intel, "
+        "not NVIDIA",
+    )
