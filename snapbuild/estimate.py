@@ -102,6 +102,7 @@ def shape_from_facts(facts: ModelFacts, weights: int) -> ModelShape | None:
         key_size=head_size,
         value_size=head_size,
         embedding_size=facts.embedding_size,
+        feed_forward_size=facts.feed_forward_size,
         vocab_size=facts.vocab_size,
         context_length=facts.context_length,
         sliding_window=facts.sliding_window,
@@ -133,29 +134,43 @@ def kv_cache_bytes(shape: ModelShape, context_size: int, family: Family = "llama
     return int(per_token_layer * cells)
 
 
-def compute_bytes(shape: ModelShape, context_size: int, family: Family = "llama.cpp") -> int:
-    """What grows besides weights and KV: vocabulary tables and logits, the touched part of
-    the batch activations and attention scores (coefficients in estimate.yaml)."""
+def compute_bytes(
+    shape: ModelShape, context_size: int, family: Family = "llama.cpp", *, peak: bool = False
+) -> int:
+    """What grows besides weights and KV. Steady state: vocabulary tables and logits (what a
+    short prompt and decoding touch). ``peak``: plus one full batch's activations and attention
+    scores, which a long prompt touches while it is processed."""
     consts = family_constants(family)
     c = consts["compute"]
+    total = float(c["vocab-bytes-per-token"]) * (shape.vocab_size or 0)
+    if not peak:
+        return int(total)
     ubatch = int(consts["ubatch"])
     ctx = padded_context(context_size, family)
     embd = shape.embedding_size or shape.attention_heads * shape.key_size
     ff = shape.feed_forward_size or 4 * embd
-    vocab = float(c["vocab-bytes-per-token"]) * (shape.vocab_size or 0)
-    activations = ubatch * (embd * float(c["activation-bytes-per-embd"]))
-    activations += ubatch * (ff * float(c["activation-bytes-per-ff"]))
-    keys = ctx if shape.kind != "embeddings" else min(ctx, ubatch)
-    scores = (
-        ubatch * shape.attention_heads * keys * float(c["score-bytes"]) * float(c["score-fraction"])
+    total += ubatch * (embd * float(c["peak-activation-bytes-per-embd"]))
+    total += ubatch * (ff * float(c["peak-activation-bytes-per-ff"]))
+    # queries x keys per head: a decoder's batch attends to the whole context; an encoder's
+    # sentences attend to themselves
+    queries = ctx if shape.kind == "embeddings" else ubatch
+    total += (
+        queries
+        * ctx
+        * shape.attention_heads
+        * float(c["peak-score-bytes"])
+        * (ubatch if shape.kind == "embeddings" else 1)
     )
-    return int(vocab + activations + scores)
+    return int(total)
 
 
-def estimate(shape: ModelShape, context_size: int, family: Family = "llama.cpp") -> Breakdown:
-    """The memory ``shape`` needs at ``context_size`` on a runtime of ``family``."""
+def estimate(
+    shape: ModelShape, context_size: int, family: Family = "llama.cpp", *, peak: bool = False
+) -> Breakdown:
+    """The memory ``shape`` needs at ``context_size`` on a runtime of ``family``; ``peak``
+    includes the compute a full prompt batch touches (what the selector plans for)."""
     kv = kv_cache_bytes(shape, context_size, family)
-    compute = compute_bytes(shape, context_size, family)
+    compute = compute_bytes(shape, context_size, family, peak=peak)
     overhead = int(family_constants(family)["overhead"])
     return Breakdown(
         total=shape.weights + kv + compute + overhead,

