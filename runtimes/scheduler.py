@@ -93,6 +93,11 @@ class EngineQueue:
         Exceptions raised by ``start`` or the iterator are re-raised here.
         """
         await self._acquire()
+        if cancel.is_set():  # the client left while queued: do not start at all
+            self.active -= 1
+            self.cancelled += 1
+            self._lock.release()
+            return
         loop = asyncio.get_running_loop()
         items: asyncio.Queue[Any] = asyncio.Queue()
         outcome: list[str] = []

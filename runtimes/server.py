@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -520,6 +520,9 @@ async def _generate(
     deltas = state.queue.stream(start, cancel)
     try:
         first = await deltas.__anext__()
+    except StopAsyncIteration:  # cancelled while queued: the client is gone, answer nothing
+        watcher.cancel()
+        return Response(status_code=204)
     except BaseException:
         watcher.cancel()
         await deltas.aclose()

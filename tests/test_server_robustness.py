@@ -181,3 +181,28 @@ def test_requests_are_served_in_arrival_order(smol: str) -> None:
         thread.join()
     assert finished == [0, 1, 2, 3, 4]
     assert httpx.get(f"{smol}/health").status_code == 200
+
+
+def test_client_leaving_while_queued_never_starts(smol: str) -> None:
+    before = _stats(smol)
+    long_body = {
+        "model": "smollm2",
+        "prompt": "Tell me everything.",
+        "max_tokens": 120,
+        "ignore_eos": True,
+    }
+    runner = threading.Thread(
+        target=lambda: httpx.post(f"{smol}/v1/completions", json=long_body, timeout=120)
+    )
+    runner.start()
+    time.sleep(0.3)  # the long one is running; the next one queues behind it
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{smol}/v1/completions", json={**long_body, "max_tokens": 50}, timeout=0.5)
+    runner.join()
+    deadline = time.monotonic() + 5
+    while _stats(smol)["active"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    after = _stats(smol)
+    assert after["completed"] == before["completed"] + 1  # only the long one ran
+    assert after["cancelled"] == before["cancelled"] + 1
+    assert (after["active"], after["queued"]) == (0, 0)
