@@ -83,6 +83,7 @@ class LlamaCppAdapter(RuntimeAdapter):
                 n_threads_batch=self.options.threads,
                 n_gpu_layers=self.gpu_layers,
                 verbose=False,
+                **_swa_option(),
                 **extra,
             )
         except (ValueError, RuntimeError, OSError) as exc:
@@ -219,3 +220,18 @@ class LlamaCppAdapter(RuntimeAdapter):
         info["gpu-layers"] = self.gpu_layers
         info["chat-template"] = self.template_source
         return info
+
+
+def _swa_option() -> dict[str, Any]:
+    """Keep sliding-window layers' KV cache at their window (``swa_full=False``).
+
+    llama.cpp's default sizes every layer's cache for the full context; Gemma 3 (5 of 6 layers
+    local, window 1024) then needs ~3x the KV memory the selector's estimate planned for, which
+    would turn a fit into an OOM. Older bindings lack the option and always use full caches.
+    """
+    import inspect
+
+    import llama_cpp
+
+    params = inspect.signature(llama_cpp.Llama.__init__).parameters
+    return {"swa_full": False} if "swa_full" in params else {}
