@@ -448,8 +448,9 @@ def _notes(manifest: Manifest, engines: list[Engine]) -> tuple[str, ...]:
         if placeholders:
             notes.append(
                 f"{name}: {placeholders} of {len(files)} files are placeholders (checksums not "
-                "verified upstream); the build fails to fetch them until `snapbuild fetch` "
-                "records real values"
+                "verified upstream); the build fails to fetch them until "
+                f"`snapbuild fetch {manifest.name} --record` records their size and sha256 "
+                "(trust on first use) or they are filled in by hand"
             )
     return tuple(notes)
 

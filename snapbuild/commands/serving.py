@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 import click
 
@@ -123,23 +124,53 @@ def serve_cmd(
 @click.command("fetch")
 @click.argument("model")
 @click.option("--engine", "engine", default=None, help="Fetch this engine's artifact.")
+@click.option(
+    "--record",
+    is_flag=True,
+    help="Trust on first use: download placeholder files and write their size and sha256 "
+    "into the manifest file.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print where the files are, as JSON.")
-def fetch_cmd(model: str, engine: str | None, as_json: bool) -> None:
+def fetch_cmd(model: str, engine: str | None, record: bool, as_json: bool) -> None:
     """Download MODEL's artifact for an engine into the cache (resumable, verified)."""
-    from snapbuild.artifacts import engine_artifact, fetch, tqdm_progress
-    from snapbuild.manifest_loader import load_manifest
+    from snapbuild.artifacts import engine_artifact, fetch, fetch_recording, tqdm_progress
+    from snapbuild.manifest_loader import load_manifest, resolve
 
     manifest = load_manifest(model)
     if engine is None and len({e.artifact for e in manifest.engines}) > 1:
         engine, _ = _choose_engine(manifest, _probe(), None)
     artifact = engine_artifact(manifest, engine)
-    results = fetch(manifest, artifact, progress=None if as_json else tqdm_progress)
+    progress = None if as_json else tqdm_progress
+    command = f"snapbuild fetch {shlex.quote(model)}" + (
+        f" --engine {shlex.quote(engine)}" if engine else ""
+    )
+    data: dict[str, object] = {"artifact": artifact.name}
+    if record:
+        outcome = fetch_recording(resolve(model), artifact.name, progress=progress)
+        results = outcome.results
+        data["manifest"] = str(outcome.manifest_file)
+        data["recorded"] = [
+            {"file": r.label, "size": r.size, "sha256": r.sha256} for r in outcome.recorded
+        ]
+        lines = [
+            f"recorded {r.label} in {outcome.manifest_file}: size {r.size} "
+            f"(placeholder said {r.guessed_size}), sha256 {r.sha256}"
+            for r in outcome.recorded
+        ]
+        if not outcome.recorded:
+            lines.append(
+                f"nothing to record: {artifact.name} has no placeholder files in "
+                f"{outcome.manifest_file}"
+            )
+    else:
+        results = fetch(manifest, artifact, progress=progress, command=command)
+        lines = []
     if as_json:
-        data = [{"path": str(r.path), "action": r.action} for r in results]
-        click.echo(json.dumps({"artifact": artifact.name, "files": data}, indent=2))
+        data["files"] = [{"path": str(r.path), "action": r.action} for r in results]
+        click.echo(json.dumps(data, indent=2))
         return
-    for result in results:
-        click.echo(f"{result.action}: {result.path}")
+    for line in lines + [f"{r.action}: {r.path}" for r in results]:
+        click.echo(line)
 
 
 def _probe() -> HostProfile:
