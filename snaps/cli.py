@@ -23,7 +23,7 @@ from snaps.manager import (
     Context,
     State,
     candidate_for,
-    components_for,
+    engine_components,
     missing_components,
     probe_host,
     select,
@@ -190,7 +190,7 @@ def show_engine(name: str, as_json: bool) -> None:
         )
     decision = ctx.require_decision()
     cand = decision.candidate(name)
-    comps = components_for(ctx.manifest, name)
+    comps = engine_components(ctx, name)
     data: dict[str, Any] = {
         "engine": name,
         "summary": engine.summary,

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 from snapbuild.errors import EXIT_NO_ENGINE, SnapbuildError
-from snaps.manager import Context, components_for, probe_host, select
+from snaps.artifacts import resolve
+from snaps.manager import Context, components_for, engine_components, probe_host, select
 
 REEXEC_MARK = "SNAPBUILD_DAEMON_REEXEC"
 
@@ -22,11 +23,10 @@ class DaemonError(SnapbuildError):
     """The daemon cannot start; the message ends up in the service log and in `status`."""
 
 
-def runtime_paths(ctx: Context, engine: str) -> tuple[Path, Path]:
-    """(runtime component dir, artifact component dir), both required to exist."""
-    runtime_component, artifact_component = components_for(ctx.manifest, engine)
-    dirs = (ctx.env.component_dir(runtime_component), ctx.env.component_dir(artifact_component))
-    missing = [d for d in dirs if not d.is_dir()]
+def runtime_dir(ctx: Context, engine: str) -> Path:
+    """The runtime component's directory; every component of the engine must be installed."""
+    comps = engine_components(ctx, engine)
+    missing = [ctx.env.component_dir(c) for c in comps if not ctx.env.component_dir(c).is_dir()]
     if missing:
         raise DaemonError(
             f"engine {engine}'s components are not installed",
@@ -34,25 +34,12 @@ def runtime_paths(ctx: Context, engine: str) -> tuple[Path, Path]:
             resolution=f"Run `{ctx.env.name} use-engine {engine}` to install them.",
             exit_code=EXIT_NO_ENGINE,
         )
-    return dirs
+    return ctx.env.component_dir(components_for(ctx.manifest, engine)[0])
 
 
-def artifact_path(ctx: Context, engine: str, artifact_dir: Path) -> Path:
-    """A single-file artifact is passed as its file, a multi-file one as its directory."""
-    eng = ctx.manifest.engine(engine)
-    assert eng is not None  # components_for checked it
-    files = ctx.manifest.artifact(eng.artifact).files
-    if len(files) == 1:
-        path = artifact_dir / files[0].path
-        if not path.exists():
-            raise DaemonError(
-                f"the model file {files[0].path} is missing from {artifact_dir}",
-                resolution="Reinstall the component: "
-                f"`snap install {ctx.env.name}+{eng.artifact}`.",
-                exit_code=EXIT_NO_ENGINE,
-            )
-        return path
-    return artifact_dir
+def artifact_path(ctx: Context, engine: str) -> Path:
+    """What the runtime loads, in whichever layout the weights are (see :mod:`snaps.artifacts`)."""
+    return resolve(ctx.env, ctx.manifest, engine)
 
 
 def prepare_imports(runtime_dir: Path) -> None:
@@ -103,9 +90,9 @@ def run() -> None:
         )
     engine = decision.selected.engine
     settings = ctx.settings(decision=decision)
-    runtime_dir, artifact_dir = runtime_paths(ctx, engine)
-    model_path = artifact_path(ctx, engine, artifact_dir)
-    prepare_imports(runtime_dir)
+    runtime = runtime_dir(ctx, engine)
+    model_path = artifact_path(ctx, engine)
+    prepare_imports(runtime)
     check_fit(ctx, engine, state.forced)
     os.environ.update(settings.env)
     ctx.env.running_path.write_text(json.dumps(settings.to_data(), indent=2) + "\n")

@@ -12,7 +12,7 @@ import sys
 
 from snapbuild.decision import Decision
 from snapbuild.errors import NoEngineError, UsageError
-from snaps import config
+from snaps import artifacts, config
 from snaps.manager import (
     Context,
     State,
@@ -43,12 +43,17 @@ def activate(ctx: Context, decision: Decision, state: State, *, restart: bool = 
         ctx.snapctl.stop(service, disable=True)
         say(state.problem)
         return
-    missing = missing_components(ctx, decision.selected.engine)
+    engine = decision.selected.engine
+    missing = missing_components(ctx, engine)
     if missing:
         say(f"installing components: {', '.join(missing)}")
         ctx.snapctl.install(*missing)
+    artifacts.prepare(ctx.env, ctx.manifest, engine, say)  # join shards, gather GGUF splits
     state.problem = None
     ctx.record(decision, state)
+    in_use = ctx.manifest.engine(engine)
+    for name in artifacts.prune(ctx.env, keep={in_use.artifact} if in_use else set()):
+        say(f"removed the joined copy of {name}: no engine uses it any more")
     current = ctx.snapctl.service(service)
     if current.active and restart:
         ctx.snapctl.restart(service)
@@ -101,16 +106,37 @@ def install(ctx: Context) -> None:
 
 
 def post_refresh(ctx: Context) -> None:
-    """Re-validate the choice against the current machine and the new revision's manifest."""
+    """Re-validate the choice against the current machine and the new revision's manifest.
+
+    The engine is kept (and the server left alone) while it is still in the snap and fits;
+    otherwise the selector chooses again and the hook says why the old engine went.
+    """
+    before = ctx.decision()
+    previous = before.selected.engine if before and before.selected else None
     pinned = ctx.settings().engine
     decision, state = choose(ctx, pinned=pinned)
     if pinned != config.AUTO and (decision.selected is None or decision.selected.engine != pinned):
         ctx.snapctl.unset("engine")
+    current = decision.selected.engine if decision.selected else None
+    if previous and current != previous:
+        state.notes.append(_why_changed(ctx, decision, previous, current))
     for note in state.notes:
         say(note)
     if decision.selected is not None:
         set_defaults(ctx, decision)
-    activate(ctx, decision, state)
+    activate(ctx, decision, state, restart=current != previous)
+
+
+def _why_changed(ctx: Context, decision: Decision, previous: str, current: str | None) -> str:
+    """One sentence: why the engine that ran before the refresh does not run now."""
+    if ctx.manifest.engine(previous) is None:
+        reason = f"engine {previous} is no longer in this snap"
+    else:
+        cand = decision.candidate(previous)
+        blockers = "; ".join(cand.blockers) if cand and cand.blockers else "it ranks lower now"
+        reason = f"engine {previous} no longer fits this machine ({blockers})"
+    then = f"switched to {current}" if current else "no other engine fits"
+    return f"after the refresh {reason}: {then}"
 
 
 def plan(

@@ -213,11 +213,17 @@ def components_for(manifest: Manifest, engine: str) -> list[str]:
     return [runtime_component, eng.artifact]
 
 
+def engine_components(ctx: Context, engine: str) -> list[str]:
+    """The components ``engine`` needs in this snap: as the builder packed them (every
+    component of a split artifact), or runtime and artifact when the snap has no engine data."""
+    from snaps.artifacts import engine_components as packed
+
+    return packed(ctx.env, ctx.manifest, engine) or components_for(ctx.manifest, engine)
+
+
 def missing_components(ctx: Context, engine: str) -> list[str]:
     """The components of ``engine`` not installed yet."""
-    return [
-        c for c in components_for(ctx.manifest, engine) if not ctx.env.component_dir(c).exists()
-    ]
+    return [c for c in engine_components(ctx, engine) if not ctx.env.component_dir(c).exists()]
 
 
 def no_engine_problem(ctx: Context, decision: Decision) -> str:

@@ -5,9 +5,13 @@ on PATH, so the in-snap code calls it exactly as it calls snapd's. It keeps what
 in files under ``$SNAPCTL_STANDIN_STATE``:
 
 - ``config.json``: the snap's configuration (nested objects for dotted keys, like snapd);
-- ``services.json``: each app's enabled flag and the pid of its running process; services are
+- ``services.json``: each app's enabled flag and the pid of its supervisor; services are
   started from ``$SNAP/meta/snap.yaml``'s ``apps:`` entry in their own session (process group),
-  with output in ``logs/<app>.log``, and stopped by signalling that whole group;
+  with output in ``logs/<app>.log``, and stopped by signalling that whole group. A small
+  supervisor honours ``restart-condition`` (default ``on-failure``) and ``restart-delay`` like
+  systemd does for snapd, with systemd's default start limit (5 starts within 10 s, then the
+  service is marked failed and left stopped), so a daemon that keeps failing is not restarted
+  forever;
 - ``connections.json``: which plugs are connected (absent plugs count as connected, as when an
   operator has run ``snap connect``; tests write ``false`` to simulate a missing connection).
 
@@ -38,6 +42,15 @@ STAGED_VAR = "SNAPCTL_STANDIN_COMPONENTS"
 # snapd's rule for each dotted segment of an option name
 KEY_SEGMENT_RE = re.compile(r"^(?:[a-z0-9]+-?)*[a-z](?:-?[a-z0-9])*$")
 STOP_TIMEOUT_S = 15.0
+# systemd's defaults for a unit snapd writes (DefaultStartLimitBurst/IntervalSec, RestartSec);
+# the variables let a test widen the window on a slow machine.
+START_LIMIT_BURST_VAR = "SNAPCTL_STANDIN_START_LIMIT_BURST"
+START_LIMIT_INTERVAL_VAR = "SNAPCTL_STANDIN_START_LIMIT_INTERVAL"
+START_LIMIT_BURST = 5
+START_LIMIT_INTERVAL_S = 10.0
+RESTART_DELAY_S = 0.1
+_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
 class StandinError(Exception):
@@ -223,22 +236,115 @@ def _environment(app: dict[str, Any]) -> dict[str, str]:
 
 
 def _spawn(name: str, app: dict[str, Any]) -> dict[str, Any]:
-    snap = Path(os.environ["SNAP"])
-    argv = shlex.split(app["command"])
-    argv[0] = str(snap / argv[0])
+    """Start the app's supervisor in its own session; it runs (and re-runs) the command."""
     logs = _state_dir() / "logs"
     logs.mkdir(exist_ok=True)
     with (logs / f"{name}.log").open("ab") as log:
         proc = subprocess.Popen(
-            argv,
-            cwd=os.environ.get("SNAP_DATA", str(snap)),
-            env=_environment(app),
+            [sys.executable, "-m", "snaps.snapctl_standin", "supervise", name],
+            cwd=os.environ.get("SNAP_DATA", os.environ["SNAP"]),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: stop kills the whole tree
         )
     return {"pid": proc.pid, "start-time": _start_time(proc.pid)}
+
+
+def _duration(text: Any, default: float) -> float:
+    match = _DURATION_RE.match(str(text).strip()) if text is not None else None
+    return float(match[1]) * _UNITS[match[2]] if match else default
+
+
+def should_restart(condition: str, returncode: int) -> bool:
+    """systemd's Restart= rules for an exit status (negative: killed by that signal)."""
+    if condition == "always":
+        return True
+    if condition == "on-success":
+        return returncode == 0
+    if condition == "on-failure":
+        return returncode != 0
+    if condition in {"on-abnormal", "on-abort"}:
+        return returncode < 0
+    return False  # never, on-watchdog (no watchdog here)
+
+
+class _Supervisor:
+    """Runs one daemon and restarts it by its ``restart-condition``, within the start limit."""
+
+    def __init__(self, name: str, app: dict[str, Any]) -> None:
+        self.name = name
+        self.condition = str(app.get("restart-condition") or "on-failure")
+        self.delay = _duration(app.get("restart-delay"), RESTART_DELAY_S)
+        self.burst = int(os.environ.get(START_LIMIT_BURST_VAR) or START_LIMIT_BURST)
+        self.interval = _duration(os.environ.get(START_LIMIT_INTERVAL_VAR), START_LIMIT_INTERVAL_S)
+        argv = shlex.split(app["command"])
+        argv[0] = str(Path(os.environ["SNAP"]) / argv[0])
+        self.argv = argv
+        self.env = _environment(app)
+        self.stopping = False
+        self.child: subprocess.Popen[bytes] | None = None
+
+    def say(self, message: str) -> None:
+        sys.stdout.write(f"snapctl-standin: {self.name}: {message}\n")
+        sys.stdout.flush()
+
+    def on_signal(self, signum: int, frame: object) -> None:
+        self.stopping = True
+        if self.child is not None and self.child.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.child.send_signal(signum)
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self.on_signal)
+        signal.signal(signal.SIGINT, self.on_signal)
+        starts: list[float] = []
+        while not self.stopping:
+            starts.append(time.monotonic())
+            self.say(f"starting (attempt {len(starts)})")
+            self.child = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL)
+            code = self.child.wait()
+            if self.stopping:
+                return 0
+            self.say(f"exited with status {code}")
+            if not should_restart(self.condition, code):
+                return 0
+            now = time.monotonic()
+            recent = [t for t in starts if now - t < self.interval]
+            if len(recent) >= self.burst:
+                self.say(
+                    f"start limit hit ({len(recent)} starts within {self.interval:g}s); "
+                    "not restarting: the service is failed"
+                )
+                self.mark_failed(len(starts))
+                return 1
+            time.sleep(self.delay)
+        return 0
+
+    def mark_failed(self, starts: int) -> None:
+        """Note the failure in services.json (never blocking a `stop` that holds the lock)."""
+        with (_state_dir() / "lock").open("w") as fh:
+            while not self.stopping:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    time.sleep(0.05)
+                    continue
+                services = _read("services.json", {})
+                record = services.get(self.name, {})
+                if record.get("pid") == os.getpid():
+                    record["failed"] = True
+                    record["starts"] = starts
+                    services[self.name] = record
+                    _write("services.json", services)
+                return
+
+
+def cmd_supervise(args: list[str]) -> str:
+    """Internal: the supervisor process of one app (started by start/restart)."""
+    if len(args) != 1 or args[0] not in _daemons():
+        raise StandinError("supervise takes the name of one daemon app")
+    raise SystemExit(_Supervisor(args[0], _daemons()[args[0]]).run())
 
 
 def _terminate(record: dict[str, Any]) -> None:
@@ -271,6 +377,8 @@ def _service_action(args: list[str], action: str) -> str:
                 record.pop("pid", None)
                 record.pop("start-time", None)
             if action in {"start", "restart"} and not _alive(record):
+                record.pop("failed", None)  # an explicit start clears the start limit
+                record.pop("starts", None)
                 record.update(_spawn(app, daemons[app]))
             if enable:
                 record["enabled"] = True
@@ -292,7 +400,7 @@ def cmd_services(args: list[str]) -> str:
                 f"{snap}.{app}",
                 "enabled" if record.get("enabled") else "disabled",
                 "active" if _alive(record) else "inactive",
-                "-",
+                "failed" if record.get("failed") and not _alive(record) else "-",
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
@@ -341,6 +449,7 @@ COMMANDS = {
     "restart": lambda a: _service_action(a, "restart"),
     "install": cmd_install,
     "is-connected": cmd_is_connected,
+    "supervise": cmd_supervise,
 }
 
 

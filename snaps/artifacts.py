@@ -1,0 +1,394 @@
+"""Where an engine's weights are on disk, and putting split weights back together.
+
+The Store caps a component at 5 GB, so the builder ships big weights in pieces and writes
+``$SNAP/snapbuild/components.yaml`` saying which components an engine needs and, per artifact
+file, either the component holding it or the ordered pieces to join (with the whole file's
+sha256). An artifact therefore lives in one of three layouts:
+
+- **plain**: every file whole in the artifact's one component (the model is read in place);
+- **joined**: some files stored as ``<file>.part-NN`` pieces, concatenated at install time into
+  ``$SNAP_COMMON/artifacts/<artifact>/<file>`` (verified, atomically renamed);
+- **gathered**: whole files spread over several components (GGUF splits, which llama.cpp loads
+  from the first split only when all splits sit in one directory), linked into that same
+  directory.
+
+:func:`prepare` runs in the hooks after the components are installed; :func:`resolve` is the one
+function the daemon asks for the path to load, and it knows all three layouts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from snapbuild.errors import EXIT_NO_ENGINE, SnapbuildError
+from snapbuild.manifest import Manifest
+from snaps.env import SnapEnv
+
+CHUNK = 8 * 1024 * 1024
+SPACE_MARGIN = 64 * 1024 * 1024  # keep this much free after joining: the disk is shared
+VERIFIED_DIR = ".verified"  # under $SNAP_COMMON/artifacts: what was checked, per artifact
+GGUF_SPLIT_RE = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
+
+
+class ArtifactError(SnapbuildError):
+    """The weights are not where they should be, or could not be put back together."""
+
+
+@dataclass(frozen=True)
+class PieceRef:
+    """One stored piece of a joined file."""
+
+    component: str
+    path: str
+
+
+@dataclass(frozen=True)
+class FileLayout:
+    """One artifact file: whole in ``component``, or joined from ``pieces``."""
+
+    path: str
+    component: str | None = None
+    pieces: tuple[PieceRef, ...] = ()
+    sha256: str | None = None
+    size: int = 0
+
+    @property
+    def joined(self) -> bool:
+        return bool(self.pieces)
+
+
+@dataclass(frozen=True)
+class ArtifactLayout:
+    """How one artifact is stored in the snap."""
+
+    name: str
+    format: str
+    components: tuple[str, ...]
+    files: tuple[FileLayout, ...]
+
+    @property
+    def assembled(self) -> bool:
+        """Whether the model is loaded from ``$SNAP_COMMON/artifacts`` (joined or gathered)."""
+        return any(f.joined for f in self.files) or len(self.components) > 1
+
+
+def engine_data_path(env: SnapEnv) -> Path:
+    """The builder's install-time engine data, packed next to the manifest."""
+    return env.snap / "snapbuild" / "components.yaml"
+
+
+def _engine_data(env: SnapEnv) -> dict[str, Any] | None:
+    path = engine_data_path(env)
+    if not path.is_file():
+        return None
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or data.get("schema-version") != 1:
+        raise ArtifactError(
+            f"{path} is not engine data this snap understands",
+            details="expected a mapping with schema-version: 1",
+            resolution="Rebuild the snap with `snapbuild make`, which writes it.",
+        )
+    return data
+
+
+def engine_components(env: SnapEnv, manifest: Manifest, engine: str) -> list[str] | None:
+    """The components ``engine`` needs as the builder packed them (None without engine data)."""
+    data = _engine_data(env)
+    if data is None:
+        return None
+    entry = (data.get("engines") or {}).get(engine)
+    return None if entry is None else [str(c) for c in entry["components"]]
+
+
+def layout(env: SnapEnv, manifest: Manifest, artifact: str) -> ArtifactLayout:
+    """How ``artifact`` is stored; without engine data, whole in the component of its name."""
+    fmt = manifest.artifact(artifact).format
+    data = _engine_data(env)
+    entry = (data.get("artifacts") or {}).get(artifact) if data else None
+    if entry is None:
+        files = manifest.artifact(artifact).files
+        return ArtifactLayout(
+            artifact, fmt, (artifact,), tuple(FileLayout(f.path, artifact) for f in files)
+        )
+    return ArtifactLayout(
+        name=artifact,
+        format=fmt,
+        components=tuple(entry["components"]),
+        files=tuple(_file_layout(f) for f in entry["files"]),
+    )
+
+
+def _file_layout(entry: dict[str, Any]) -> FileLayout:
+    if "pieces" not in entry:
+        return FileLayout(path=entry["path"], component=entry["component"])
+    return FileLayout(
+        path=entry["path"],
+        pieces=tuple(PieceRef(p["component"], p["path"]) for p in entry["pieces"]),
+        sha256=entry["sha256"],
+        size=int(entry["size"]),
+    )
+
+
+def artifacts_root(env: SnapEnv) -> Path:
+    """Where joined and gathered artifacts live: shared by revisions, so a refresh keeps them."""
+    return env.common / "artifacts"
+
+
+def assembled_dir(env: SnapEnv, artifact: str) -> Path:
+    return artifacts_root(env) / artifact
+
+
+# resolving (the daemon) ---------------------------------------------------------------------
+def resolve(env: SnapEnv, manifest: Manifest, engine: str) -> Path:
+    """The path the runtime loads for ``engine``: a file, the first GGUF split, or a directory.
+
+    Checks that every file is in place (a joined copy, a live link, or a component file), so a
+    daemon with missing weights stops with a clear message instead of a loader traceback.
+    """
+    eng = manifest.engine(engine)
+    if eng is None:
+        raise ArtifactError(f"engine {engine!r} is not in this snap", exit_code=EXIT_NO_ENGINE)
+    lay = layout(env, manifest, eng.artifact)
+    base = assembled_dir(env, lay.name) if lay.assembled else env.component_dir(lay.components[0])
+    missing = [f.path for f in lay.files if not (base / f.path).is_file()]
+    if missing:
+        where = "joined/gathered at install time" if lay.assembled else "in its component"
+        raise ArtifactError(
+            f"model file(s) of {lay.name} missing from {base}: {', '.join(missing)}",
+            details=f"they should be {where}; components: {', '.join(lay.components)}",
+            resolution=f"Run `{env.name} use-engine {engine}` to install and prepare them.",
+            exit_code=EXIT_NO_ENGINE,
+        )
+    return model_path(base, lay)
+
+
+def model_path(base: Path, lay: ArtifactLayout) -> Path:
+    """One file: that file. GGUF splits: the first split. Several other files: the directory."""
+    if len(lay.files) == 1:
+        return base / lay.files[0].path
+    if lay.format == "gguf":
+        firsts = [f.path for f in lay.files if (m := GGUF_SPLIT_RE.search(f.path)) and m[1] == "1"]
+        firsts = firsts or [f.path for f in lay.files if GGUF_SPLIT_RE.search(f.path) is None]
+        if firsts:
+            return base / sorted(firsts)[0]
+        return base / sorted(f.path for f in lay.files)[0]
+    return base
+
+
+# preparing (the hooks) ----------------------------------------------------------------------
+def prepare(
+    env: SnapEnv, manifest: Manifest, engine: str, say: Callable[[str], None]
+) -> Path | None:
+    """Join and gather ``engine``'s artifact after its components are installed.
+
+    Does nothing for a plain artifact; skips a joined file already verified. Returns the
+    assembled directory, or None when the model is read in place.
+    """
+    eng = manifest.engine(engine)
+    if eng is None:
+        raise ArtifactError(f"engine {engine!r} is not in this snap")
+    lay = layout(env, manifest, eng.artifact)
+    if not lay.assembled:
+        return None
+    target = assembled_dir(env, lay.name)
+    target.mkdir(parents=True, exist_ok=True)
+    todo = [f for f in lay.files if f.joined and not _verified(env, lay.name, f, target)]
+    for file in todo:
+        _check_pieces(env, lay, file)
+    _ensure_space(env, manifest, lay, todo, target, say)
+    for file in todo:
+        say(f"joining {lay.name}/{file.path} from {len(file.pieces)} pieces ({file.size} bytes)")
+        join(env, manifest, lay, file, target)
+    for file in lay.files:
+        if not file.joined:
+            assert file.component is not None
+            _link(target / file.path, env.component_dir(file.component) / file.path)
+    return target
+
+
+def _check_pieces(env: SnapEnv, lay: ArtifactLayout, file: FileLayout) -> None:
+    for piece in file.pieces:
+        comp = env.component_dir(piece.component)
+        if not comp.is_dir():
+            raise ArtifactError(
+                f"cannot join {lay.name}/{file.path}: component {piece.component} is not installed",
+                details=f"{comp} is missing; it holds piece {piece.path}",
+                resolution=f"Install it: `snap install {env.name}+{piece.component}`, then run "
+                f"`{env.name} use-engine --auto`.",
+            )
+        if not (comp / piece.path).is_file():
+            raise ArtifactError(
+                f"cannot join {lay.name}/{file.path}: piece {piece.path} is missing from "
+                f"component {piece.component}",
+                details=f"looked for {comp / piece.path}",
+                resolution=f"Reinstall the component: `snap remove {env.name}+{piece.component}` "
+                f"then `snap install {env.name}+{piece.component}`.",
+            )
+
+
+def _ensure_space(
+    env: SnapEnv,
+    manifest: Manifest,
+    lay: ArtifactLayout,
+    todo: list[FileLayout],
+    target: Path,
+    say: Callable[[str], None],
+) -> None:
+    """Fail before writing a byte when the disk cannot hold the joined files.
+
+    Copies of artifacts no engine uses any more are removed first when that makes room.
+    """
+    for leftover in target.glob(".*.partial"):
+        leftover.unlink()  # an earlier join that was interrupted
+    need = sum(f.size for f in todo)
+    if not need or shutil.disk_usage(target).free >= need + SPACE_MARGIN:
+        return
+    for name in prune(env, keep={lay.name}):
+        say(f"removed the joined copy of {name} to make room (no engine uses it now)")
+    free = shutil.disk_usage(target).free
+    if free < need + SPACE_MARGIN:
+        raise ArtifactError(
+            f"not enough free disk space to join {lay.name}",
+            details=f"joining needs {need} bytes (plus {SPACE_MARGIN} spare) in {target}; "
+            f"{free} bytes are free",
+            resolution=f"Free at least {need + SPACE_MARGIN - free} bytes on that disk, then run "
+            f"`{env.name} use-engine --auto`.",
+        )
+
+
+def join(
+    env: SnapEnv, manifest: Manifest, lay: ArtifactLayout, file: FileLayout, target: Path
+) -> Path:
+    """Concatenate ``file``'s pieces into a temp file, verify sha256, rename it into place.
+
+    Each piece is checked against the manifest's shard checksum on the way, so a corrupt piece
+    is named; the whole file is checked against the builder's recorded sha256. On any failure
+    the temp file is removed: a joined file is either verified or absent.
+    """
+    dest = target / file.path
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.partial")
+    shards = _shard_sums(manifest, lay.name, file)
+    whole = hashlib.sha256()
+    try:
+        with tmp.open("wb") as out:
+            for i, piece in enumerate(file.pieces):
+                part = hashlib.sha256()
+                with (env.component_dir(piece.component) / piece.path).open("rb") as src:
+                    while chunk := src.read(CHUNK):
+                        out.write(chunk)
+                        whole.update(chunk)
+                        part.update(chunk)
+                if shards and part.hexdigest() != shards[i]:
+                    what = f"piece {piece.path} in component {piece.component}"
+                    raise _corrupt(env, lay, file, what, shards[i], part.hexdigest(), piece)
+            out.flush()
+            os.fsync(out.fileno())
+        if whole.hexdigest() != file.sha256:
+            raise _corrupt(env, lay, file, "the joined file", file.sha256 or "", whole.hexdigest())
+        tmp.replace(dest)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    _mark_verified(env, lay.name, file, dest)
+    return dest
+
+
+def _corrupt(
+    env: SnapEnv,
+    lay: ArtifactLayout,
+    file: FileLayout,
+    what: str,
+    want: str,
+    got: str,
+    piece: PieceRef | None = None,
+) -> ArtifactError:
+    comps = [piece.component] if piece else sorted({p.component for p in file.pieces})
+    return ArtifactError(
+        f"cannot join {lay.name}/{file.path}: {what} is corrupt (sha256 mismatch)",
+        details=f"expected sha256 {want}, got {got}; nothing was written",
+        resolution="Reinstall the component(s) ("
+        + ", ".join(f"{env.name}+{c}" for c in comps)
+        + f"), then run `{env.name} use-engine --auto`.",
+    )
+
+
+def _shard_sums(manifest: Manifest, artifact: str, file: FileLayout) -> list[str]:
+    """The manifest's per-piece checksums, when they line up with the stored pieces."""
+    for f in manifest.artifact(artifact).files:
+        if f.path == file.path and len(f.shards) == len(file.pieces):
+            return [s.sha256 for s in f.shards]
+    return []
+
+
+def _verified_record(env: SnapEnv, artifact: str) -> Path:
+    return artifacts_root(env) / VERIFIED_DIR / f"{artifact}.json"
+
+
+def _read_verified(env: SnapEnv, artifact: str) -> dict[str, Any]:
+    path = _verified_record(env, artifact)
+    if not path.is_file():
+        return {}
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def _mark_verified(env: SnapEnv, artifact: str, file: FileLayout, dest: Path) -> None:
+    """Record the checked copy (checksum, size, mtime) so later hooks need not hash it again."""
+    record = _read_verified(env, artifact)
+    st = dest.stat()
+    record[file.path] = {"sha256": file.sha256, "size": st.st_size, "mtime-ns": st.st_mtime_ns}
+    path = _verified_record(env, artifact)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def _verified(env: SnapEnv, artifact: str, file: FileLayout, target: Path) -> bool:
+    """A verified copy is there, unchanged since it was checked."""
+    entry = _read_verified(env, artifact).get(file.path)
+    dest = target / file.path
+    if not entry or not dest.is_file() or dest.is_symlink():
+        return False
+    st = dest.stat()
+    return (
+        entry.get("sha256") == file.sha256
+        and entry.get("size") == st.st_size == file.size
+        and entry.get("mtime-ns") == st.st_mtime_ns
+    )
+
+
+def _link(link: Path, source: Path) -> None:
+    """Point ``link`` at ``source`` (a component file), replacing a stale link."""
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() and Path(os.readlink(link)) == source:
+        return
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(source)
+
+
+def prune(env: SnapEnv, *, keep: set[str]) -> list[str]:
+    """Remove joined/gathered copies of artifacts not in ``keep``; the names removed."""
+    root = artifacts_root(env)
+    removed: list[str] = []
+    for path in sorted(root.iterdir()) if root.is_dir() else ():
+        if path.name == VERIFIED_DIR or path.name in keep or not path.is_dir():
+            continue
+        shutil.rmtree(path)
+        with contextlib.suppress(FileNotFoundError):
+            _verified_record(env, path.name).unlink()
+        removed.append(path.name)
+    return removed

@@ -1,0 +1,292 @@
+"""Split weights at install time, on a real rendered project driven through the real hooks.
+
+A tiny GGUF is cut into three shards and a second artifact ships as three GGUF split files;
+the builder renders the project with a small component budget (so every piece lands in its own
+component, as a 15 GB model's would), the components are staged from the plan the way snapcraft
+would pack them, and the rendered install hook runs under the file-backed snapctl stand-in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from support.tiny_models import write_tiny_llama_gguf
+
+from snapbuild.build import plan as build_plan
+from snapbuild.builder import BuiltProject, make
+from snapbuild.manifest_loader import load_manifest
+from snapbuild.trial import Trial, assemble_prime, write_commands
+from snaps.artifacts import ArtifactError, layout, model_path, resolve
+from snaps.daemon import artifact_path
+from snaps.env import SnapEnv
+from snaps.manager import Context
+from snaps.snapctl import Snapctl
+
+NAME = "tiny-shards"
+SPLITS = [f"tiny-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _thirds(data: bytes) -> list[bytes]:
+    step = -(-len(data) // 3)
+    return [data[i : i + step] for i in range(0, len(data), step)]
+
+
+def _manifest(model: bytes, splits: list[bytes]) -> dict[str, object]:
+    url = "https://example.invalid/tiny"
+    return {
+        "name": NAME,
+        "title": "Tiny sharded model",
+        "summary": "A tiny GGUF stored in shards and as GGUF splits",
+        "description": "Test manifest for joining shards at install time.",
+        "license": "MIT",
+        "version": "1",
+        "architectures": ["amd64", "arm64"],
+        "model": {"architecture": "llama", "parameters": 1_000_000},
+        "artifacts": [
+            {
+                "name": "tiny-sharded",
+                "format": "gguf",
+                "quantization": "F32",
+                "files": [
+                    {
+                        "path": "tiny.gguf",
+                        "url": f"{url}/tiny.gguf",
+                        "sha256": _sha(model),
+                        "size": len(model),
+                        "shards": [
+                            {"url": f"{url}/tiny.gguf.{i}", "sha256": _sha(p), "size": len(p)}
+                            for i, p in enumerate(_thirds(model))
+                        ],
+                    }
+                ],
+            },
+            {
+                "name": "tiny-split",
+                "format": "gguf",
+                "quantization": "F32",
+                "files": [
+                    {"path": n, "url": f"{url}/{n}", "sha256": _sha(d), "size": len(d)}
+                    for n, d in zip(SPLITS, splits, strict=True)
+                ],
+            },
+        ],
+        "engines": [
+            {
+                "name": "cpu-sharded",
+                "summary": "llama.cpp, joined file",
+                "runtime": "llama.cpp-cpu",
+                "artifact": "tiny-sharded",
+            },
+            {
+                "name": "cpu-split",
+                "summary": "llama.cpp, GGUF splits",
+                "runtime": "llama.cpp-cpu",
+                "artifact": "tiny-split",
+            },
+        ],
+    }
+
+
+class Snap:
+    """A rendered, primed and staged snap of the tiny manifest, not installed yet."""
+
+    def __init__(self, trial: Trial, built: BuiltProject, model: bytes, splits: list[bytes]):
+        self.trial = trial
+        self.built = built
+        self.model = model
+        self.splits = splits
+
+    @property
+    def env(self) -> SnapEnv:
+        return SnapEnv.from_environ(self.trial.env)
+
+    @property
+    def artifacts(self) -> Path:
+        return Path(self.trial.env["SNAP_COMMON"]) / "artifacts"
+
+    def staged_piece(self, component: str, path: str) -> Path:
+        return self.trial.staged / component / path
+
+
+@pytest.fixture
+def snap(tmp_path: Path, machines_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Snap]:
+    model = write_tiny_llama_gguf(tmp_path / "tiny.gguf").read_bytes()
+    splits = [os.urandom(50_000 + i) for i in range(3)]
+    manifest_file = tmp_path / f"{NAME}.yaml"
+    manifest_file.write_text(yaml.safe_dump(_manifest(model, splits), sort_keys=False))
+    # the Store's 5 GB limit scaled down: every piece needs a component of its own
+    monkeypatch.setattr(build_plan, "COMPONENT_BUDGET", max(len(p) for p in _thirds(model)))
+    monkeypatch.setenv("SNAPBUILD_HOST_ROOT", str(machines_dir / "asus-ux301l" / "machine-root"))
+    trial = Trial(work=tmp_path / "work", name=NAME)
+    built = make(str(manifest_file), trial.project)
+    assemble_prime(trial, "amd64")
+    write_commands(trial)
+    # the server app idles instead of loading the model: these tests are about the files
+    snap_yaml = trial.prime / "meta" / "snap.yaml"
+    meta = yaml.safe_load(snap_yaml.read_text())
+    meta["apps"]["server"]["command"] = "bin/idle"
+    snap_yaml.write_text(yaml.safe_dump(meta))
+    idle = trial.prime / "bin" / "idle"
+    idle.write_text("#!/bin/sh\nexec sleep 600\n")
+    idle.chmod(0o755)
+    files = {"tiny.gguf": _thirds(model), **{n: [d] for n, d in zip(SPLITS, splits, strict=True)}}
+    for comp in built.plan.components:  # what snapcraft would pack into each component
+        (trial.staged / comp.name).mkdir(parents=True)
+        for piece in comp.pieces:
+            data = files[piece.file][max(piece.index, 1) - 1]
+            (trial.staged / comp.name / piece.path).write_bytes(data)
+    assert trial.snapctl("set", 'engine="cpu-sharded"').returncode == 0
+    yield Snap(trial, built, model, splits)
+    trial.stop()
+
+
+def _hook(snap: Snap, hook: str) -> tuple[int, list[str]]:
+    proc = snap.trial.run_hook(hook)
+    return proc.returncode, proc.stderr.splitlines()
+
+
+def test_install_joins_shards_and_the_daemon_loads_the_joined_file(snap: Snap) -> None:
+    components = [c.name for c in snap.built.plan.components]
+    assert components == [
+        "llamacpp-cpu",
+        "tiny-sharded",
+        "tiny-sharded-2",
+        "tiny-sharded-3",
+        "tiny-split",
+        "tiny-split-2",
+        "tiny-split-3",
+    ]
+    code, err = _hook(snap, "install")
+    assert code == 0, err
+    assert err[-2:] == [
+        "installing components: llamacpp-cpu, tiny-sharded, tiny-sharded-2, tiny-sharded-3",
+        f"joining tiny-sharded/tiny.gguf from 3 pieces ({len(snap.model)} bytes)",
+    ]
+    joined = snap.artifacts / "tiny-sharded" / "tiny.gguf"
+    assert not joined.is_symlink() and joined.read_bytes() == snap.model
+    assert sorted(p.name for p in (snap.artifacts / "tiny-sharded").iterdir()) == ["tiny.gguf"]
+    manifest = load_manifest(str(snap.env.manifest_path))
+    assert resolve(snap.env, manifest, "cpu-sharded") == joined
+    ctx = Context(env=snap.env, snapctl=Snapctl(), manifest=manifest)
+    assert artifact_path(ctx, "cpu-sharded") == joined
+    status = json.loads(snap.trial.run("status", "--json").stdout)
+    assert (status["engine"], status["service"]["active"]) == ("cpu-sharded", True)
+
+    # a later hook finds the verified copy and does not join (or hash) again
+    mtime = joined.stat().st_mtime_ns
+    code, err = _hook(snap, "post-refresh")
+    assert code == 0, err
+    assert not [line for line in err if line.startswith("joining")]
+    assert joined.stat().st_mtime_ns == mtime
+
+
+def test_switching_engine_gathers_splits_and_drops_the_unused_joined_copy(snap: Snap) -> None:
+    assert _hook(snap, "install")[0] == 0
+    proc = snap.trial.run("use-engine", "cpu-split", "--assume-yes")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stderr.splitlines() == [
+        "installing components: tiny-split, tiny-split-2, tiny-split-3",
+        "removed the joined copy of tiny-sharded: no engine uses it any more",
+    ]
+    assert sorted(p.name for p in snap.artifacts.iterdir()) == [".verified", "tiny-split"]
+    assert list((snap.artifacts / ".verified").iterdir()) == []
+    gathered = snap.artifacts / "tiny-split"
+    assert sorted(p.name for p in gathered.iterdir()) == SPLITS
+    for name, data, comp in zip(
+        SPLITS, snap.splits, ["tiny-split", "tiny-split-2", "tiny-split-3"], strict=True
+    ):
+        assert (gathered / name).is_symlink()
+        assert os.readlink(gathered / name) == str(snap.env.component_dir(comp) / name)
+        assert (gathered / name).read_bytes() == data
+    manifest = load_manifest(str(snap.env.manifest_path))
+    assert resolve(snap.env, manifest, "cpu-split") == gathered / SPLITS[0]
+    # the joined copy is gone, so the old engine's weights resolve to a clear error
+    with pytest.raises(ArtifactError) as exc:
+        resolve(snap.env, manifest, "cpu-sharded")
+    assert exc.value.brief == (
+        f"model file(s) of tiny-sharded missing from {snap.artifacts / 'tiny-sharded'}: tiny.gguf"
+    )
+
+
+def test_a_corrupt_piece_fails_the_hook_and_leaves_no_joined_file(snap: Snap) -> None:
+    piece = snap.staged_piece("tiny-sharded-2", "tiny.gguf.part-02")
+    data = bytearray(piece.read_bytes())
+    data[100] ^= 0xFF
+    piece.write_bytes(bytes(data))
+    code, err = _hook(snap, "install")
+    assert code == 1, err
+    good = _sha(_thirds(snap.model)[1])
+    assert err == [
+        "selected engine cpu-sharded: cpu-sharded was asked for by name and is compatible",
+        "installing components: llamacpp-cpu, tiny-sharded, tiny-sharded-2, tiny-sharded-3",
+        f"joining tiny-sharded/tiny.gguf from 3 pieces ({len(snap.model)} bytes)",
+        "Error: cannot join tiny-sharded/tiny.gguf: piece tiny.gguf.part-02 in component "
+        "tiny-sharded-2 is corrupt (sha256 mismatch)",
+        f"  expected sha256 {good}, got {_sha(bytes(data))}; nothing was written",
+        f"Fix: Reinstall the component(s) ({NAME}+tiny-sharded-2), then run "
+        f"`{NAME} use-engine --auto`.",
+    ]
+    assert sorted(p.name for p in (snap.artifacts / "tiny-sharded").iterdir()) == []
+    assert not (Path(snap.trial.env["SNAP_DATA"]) / "decision.json").exists()
+    services = snap.trial.snapctl("services").stdout.splitlines()
+    assert services[1].split() == [f"{NAME}.server", "disabled", "inactive", "-"]
+
+
+def test_a_missing_piece_names_its_component(snap: Snap) -> None:
+    snap.staged_piece("tiny-sharded-3", "tiny.gguf.part-03").unlink()
+    code, err = _hook(snap, "install")
+    assert code == 1
+    assert err[-3:] == [
+        "Error: cannot join tiny-sharded/tiny.gguf: piece tiny.gguf.part-03 is missing from "
+        "component tiny-sharded-3",
+        f"  looked for {snap.env.component_dir('tiny-sharded-3') / 'tiny.gguf.part-03'}",
+        f"Fix: Reinstall the component: `snap remove {NAME}+tiny-sharded-3` then "
+        f"`snap install {NAME}+tiny-sharded-3`.",
+    ]
+    assert list((snap.artifacts / "tiny-sharded").iterdir()) == []
+
+
+def test_too_little_disk_space_fails_before_writing(snap: Snap) -> None:
+    data_file = snap.trial.prime / "snapbuild" / "components.yaml"
+    data = yaml.safe_load(data_file.read_text())
+    free = shutil.disk_usage(snap.trial.work).free
+    data["artifacts"]["tiny-sharded"]["files"][0]["size"] = free * 2
+    data_file.write_text(yaml.safe_dump(data))
+    code, err = _hook(snap, "install")
+    assert code == 1
+    assert [line for line in err if line.startswith("Error:")] == [
+        "Error: not enough free disk space to join tiny-sharded"
+    ]
+    assert list((snap.artifacts / "tiny-sharded").iterdir()) == []
+
+
+def test_the_golden_sharded_layout_resolves_each_way(tmp_path: Path, data_dir: Path) -> None:
+    expected = data_dir / "build" / "sharded" / "expected" / "snapbuild-data"
+    (tmp_path / "snap" / "snapbuild").mkdir(parents=True)
+    for name in ("components.yaml", "manifest.yaml"):
+        shutil.copy(expected / name, tmp_path / "snap" / "snapbuild" / name)
+    env = SnapEnv.from_environ(
+        {"SNAP": str(tmp_path / "snap"), "SNAP_DATA": str(tmp_path / "d"), "SNAP_NAME": "big-llm"}
+    )
+    manifest = load_manifest(str(env.manifest_path))
+    cut = layout(env, manifest, "big-cut")
+    assert cut.assembled and cut.components == ("big-cut", "big-cut-2", "big-cut-3")
+    assert [(p.component, p.path) for p in cut.files[0].pieces] == [
+        ("big-cut", "big-Q8_0.gguf.part-01"),
+        ("big-cut-2", "big-Q8_0.gguf.part-02"),
+        ("big-cut-3", "big-Q8_0.gguf.part-03"),
+    ]
+    split = layout(env, manifest, "big-split")
+    assert split.assembled and not any(f.joined for f in split.files)
+    assert model_path(Path("/x"), split) == Path("/x/big-Q6_K-00001-of-00003.gguf")
