@@ -10,9 +10,9 @@ errors lives in :mod:`snapbuild.manifest_loader`.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from hwprobe.profile import KebabModel, X86Level
 
@@ -31,6 +31,15 @@ GpuVendor = Literal["nvidia", "amd", "intel", "apple", "qualcomm", "other"]
 ModelKind = Literal["chat", "completion", "embeddings"]
 
 STORE_COMPONENT_LIMIT = 5 * 1000**3  # the Store's per-component size limit, bytes
+
+
+def _check_sha256(value: str) -> str:
+    if not SHA256_RE.match(value):
+        raise ValueError("sha256 must be 64 lowercase hexadecimal characters")
+    return value
+
+
+Sha256 = Annotated[str, AfterValidator(_check_sha256)]
 
 
 def _check_name(value: str, what: str) -> str:
@@ -64,15 +73,8 @@ class Shard(KebabModel):
     """One piece of a file split to stay under the Store's component size limit."""
 
     url: str
-    sha256: str
+    sha256: Sha256
     size: int = Field(gt=0)
-
-    @field_validator("sha256")
-    @classmethod
-    def _sha(cls, v: str) -> str:
-        if not SHA256_RE.match(v):
-            raise ValueError("sha256 must be 64 lowercase hexadecimal characters")
-        return v
 
 
 class LocalSource(KebabModel):
@@ -87,18 +89,11 @@ class ArtifactFile(KebabModel):
 
     path: str  # file name inside the artifact's directory
     url: str
-    sha256: str
+    sha256: Sha256
     size: int = Field(gt=0)
     placeholder: bool = False  # url/sha256/size not verified upstream yet: say so, never hide it
     local: LocalSource | None = None
     shards: tuple[Shard, ...] = ()
-
-    @field_validator("sha256")
-    @classmethod
-    def _sha(cls, v: str) -> str:
-        if not SHA256_RE.match(v):
-            raise ValueError("sha256 must be 64 lowercase hexadecimal characters")
-        return v
 
     @model_validator(mode="after")
     def _shards_cover_file(self) -> ArtifactFile:
