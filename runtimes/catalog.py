@@ -23,10 +23,10 @@ DeviceClass = Literal["cpu", "gpu", "npu"]
 
 
 class NativeBuild(KebabModel):
-    """A native library built from a pinned upstream release with snapcraft's cmake plugin."""
+    """A native library built at a pinned upstream commit with snapcraft's cmake plugin."""
 
     source: str  # git URL of the upstream project
-    source_tag: str  # a release tag, never a branch: builds must be reproducible
+    source_commit: str  # a commit, never a branch: builds must be reproducible
     cmake_parameters: tuple[str, ...] = ()
     build_packages: tuple[str, ...] = ()
     stage_packages: tuple[str, ...] = ()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+from pathlib import Path
 from typing import get_args
 
 import yaml
@@ -67,7 +68,7 @@ def test_every_runtime_has_a_pinned_build_recipe() -> None:
         assert recipe is not None and (recipe.native or recipe.python), entry.id
         if recipe.native is not None:
             assert recipe.native.source.startswith("https://github.com/ggml-org/llama.cpp")
-            assert re.fullmatch(r"b\d+", recipe.native.source_tag), entry.id
+            assert re.fullmatch(r"[0-9a-f]{7,40}", recipe.native.source_commit), entry.id
         if recipe.python is not None:
             for package in recipe.python.python_packages:
                 assert PINNED.match(package), f"{entry.id}: {package} is not pinned"
@@ -84,8 +85,27 @@ def test_llama_cpp_variants_have_their_ggml_flags() -> None:
         assert [p for p in params if p.startswith("-DGGML_") and p in flags] == flags
         others = {f for fs in GGML_FLAGS.values() for f in fs} - set(flags) - {"-DGGML_NATIVE=OFF"}
         assert not others & set(params), runtime_id
-        tags.add(native.source_tag)
-    assert len(tags) == 1, "every llama.cpp variant builds the same upstream release"
+        tags.add(native.source_commit)
+    assert len(tags) == 1, "every llama.cpp variant builds the same upstream commit"
+
+
+def test_the_snap_ships_the_llama_cpp_binding_the_tests_use() -> None:
+    """The catalog's llama-cpp-python pin is the one pyproject installs for the tests and the
+    one installed here, so what CI exercises is what the snap ships."""
+    from importlib.metadata import version
+
+    import tomllib
+
+    pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    (extra,) = pyproject["project"]["optional-dependencies"]["llamacpp"]
+    pins = {
+        package
+        for entry in CATALOG.runtimes
+        if entry.family == "llama.cpp" and entry.build and entry.build.python
+        for package in entry.build.python.python_packages
+        if package.startswith("llama-cpp-python")
+    }
+    assert pins == {extra} == {f"llama-cpp-python=={version('llama-cpp-python')}"}
 
 
 def test_runtimes_sharing_a_component_share_its_build() -> None:

@@ -190,8 +190,7 @@ def _native_part(component: str, native: NativeBuild) -> dict[str, Any]:
     part: dict[str, Any] = {
         "plugin": "cmake",
         "source": native.source,
-        "source-tag": native.source_tag,
-        "source-depth": 1,
+        "source-commit": native.source_commit,
         "cmake-parameters": list(native.cmake_parameters),
     }
     _packages(part, native.build_packages, native.stage_packages)
