@@ -3,6 +3,11 @@
 Inside a snap that is snapd's ``/usr/bin/snapctl``; in ``snapbuild try`` it is the file-backed
 stand-in (:mod:`snaps.snapctl_standin`) placed first on PATH. Either way this module runs the
 same commands with the same arguments, so the trial exercises the code path of a real install.
+
+Mind snapd's timing: from a hook, ``install``/``remove`` of components and service
+``start``/``stop``/``restart`` are queued and happen only after the hook has succeeded; outside
+hooks they block until done. Callers must not expect a component's files right after
+:meth:`Snapctl.install` inside a hook.
 """
 
 from __future__ import annotations
@@ -114,6 +119,11 @@ class Snapctl:
         """Install components of this snap (``snapctl install +name``)."""
         if components:
             self._run("install", *(f"+{c}" for c in components))
+
+    def remove(self, *components: str) -> None:
+        """Remove components of this snap (``snapctl remove +name``)."""
+        if components:
+            self._run("remove", *(f"+{c}" for c in components))
 
     def is_connected(self, plug: str) -> bool:
         """Whether the snap's plug is connected (exit status 0)."""

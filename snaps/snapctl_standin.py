@@ -16,7 +16,18 @@ in files under ``$SNAPCTL_STANDIN_STATE``:
   operator has run ``snap connect``; tests write ``false`` to simulate a missing connection).
 
 ``install +<component>`` links ``$SNAPCTL_STANDIN_COMPONENTS/<component>`` (where the trial staged
-the component's files) to ``$SNAP_COMPONENTS/<component>``, where snapd would mount it.
+the component's files) to ``$SNAP_COMPONENTS/<component>``, where snapd would mount it;
+``remove +<component>`` takes the link away.
+
+Inside a hook snapd does not do these at once. Its documentation: "If these commands are run from
+a hook, the components will be installed/removed after the hook itself has run if it ended
+successfully", and service commands from a hook are queued the same way. snapd knows it serves a
+hook from the context behind ``$SNAP_COOKIE``; a file-backed stand-in has no such context, so
+whoever runs a hook (``snapbuild try``, the tests) sets ``$SNAPCTL_STANDIN_HOOK`` to the hook's
+name. While it is set, ``install``, ``remove``, ``start``, ``stop`` and ``restart`` are appended to
+``queue.json``; after the hook the runner calls ``flush`` (exit 0: component changes first, then
+service changes, in the order asked, as snapd's change does) or ``discard`` (the hook failed:
+nothing queued happens). Outside a hook they happen at once, as ``snapctl install`` blocks there.
 """
 
 from __future__ import annotations
@@ -39,6 +50,9 @@ import yaml
 
 STATE_VAR = "SNAPCTL_STANDIN_STATE"
 STAGED_VAR = "SNAPCTL_STANDIN_COMPONENTS"
+HOOK_VAR = "SNAPCTL_STANDIN_HOOK"  # set by the hook runner: we are inside that hook
+QUEUE_FILE = "queue.json"
+QUEUED = ("install", "remove", "start", "stop", "restart")
 # snapd's rule for each dotted segment of an option name
 KEY_SEGMENT_RE = re.compile(r"^(?:[a-z0-9]+-?)*[a-z](?:-?[a-z0-9])*$")
 STOP_TIMEOUT_S = 15.0
@@ -229,6 +243,7 @@ def expand(value: str, env: dict[str, str]) -> str:
 def _environment(app: dict[str, Any]) -> dict[str, str]:
     """The daemon's environment: the caller's snap variables plus snap.yaml's ``environment``."""
     env = dict(os.environ)
+    env.pop(HOOK_VAR, None)  # a service is not part of the hook that asked for it
     for source in (_snap_yaml().get("environment") or {}, app.get("environment") or {}):
         for key, value in source.items():
             env[key] = expand(str(value), env)
@@ -411,13 +426,19 @@ def cmd_services(args: list[str]) -> str:
 
 
 # components and interfaces -----------------------------------------------------------------
+def _component_names(args: list[str], verb: str) -> list[str]:
+    names = []
+    for arg in args:
+        if not arg.startswith("+") or len(arg) < 2:
+            raise StandinError(f"snapctl {verb} only {verb}s components (+name), not {arg!r}")
+        names.append(arg[1:])
+    return names
+
+
 def cmd_install(args: list[str]) -> str:
     staged = Path(os.environ.get(STAGED_VAR, ""))
     target_root = Path(os.environ["SNAP_COMPONENTS"])
-    for arg in args:
-        if not arg.startswith("+"):
-            raise StandinError(f"snapctl install only installs components (+name), not {arg!r}")
-        name = arg[1:]
+    for name in _component_names(args, "install"):
         source = staged / name
         if not source.is_dir():
             raise StandinError(
@@ -428,6 +449,58 @@ def cmd_install(args: list[str]) -> str:
         if target.is_symlink() or target.exists():
             continue  # already installed
         target.symlink_to(source.resolve(), target_is_directory=True)
+    return ""
+
+
+def cmd_remove(args: list[str]) -> str:
+    target_root = Path(os.environ["SNAP_COMPONENTS"])
+    for name in _component_names(args, "remove"):
+        target = target_root / name
+        if not target.is_symlink() and not target.exists():
+            raise StandinError(f"cannot remove component {name!r}: it is not installed")
+        target.unlink()
+    return ""
+
+
+# hooks: queued until the hook has succeeded ------------------------------------------------
+def _queue(command: str, args: list[str]) -> str:
+    """Record a command asked for inside a hook (checked now, performed by ``flush``)."""
+    if command in {"install", "remove"}:
+        _component_names(args, command)
+    else:
+        _resolve([a for a in args if not a.startswith("-")])
+    with _locked():
+        queue = _read(QUEUE_FILE, [])
+        queue.append({"hook": os.environ[HOOK_VAR], "command": command, "args": args})
+        _write(QUEUE_FILE, queue)
+    return ""
+
+
+def cmd_flush(args: list[str]) -> str:
+    """Internal: the hook ended with status 0; do what it queued, components first.
+
+    Stops at the first failure (like a snapd change whose task fails) and drops the rest.
+    """
+    if os.environ.get(HOOK_VAR):
+        raise StandinError("flush runs after the hook, not inside it")
+    with _locked():
+        queue = _read(QUEUE_FILE, [])
+        _write(QUEUE_FILE, [])
+    ordered = [q for q in queue if q["command"] in {"install", "remove"}]
+    ordered += [q for q in queue if q["command"] not in {"install", "remove"}]
+    for item in ordered:
+        try:
+            COMMANDS[item["command"]](list(item["args"]))
+        except StandinError as err:
+            words = " ".join([item["command"], *item["args"]])
+            raise StandinError(f"after the {item['hook']} hook, `{words}` failed: {err}") from None
+    return ""
+
+
+def cmd_discard(args: list[str]) -> str:
+    """Internal: the hook failed; nothing it queued happens (snapd undoes the hook's change)."""
+    with _locked():
+        _write(QUEUE_FILE, [])
     return ""
 
 
@@ -448,8 +521,11 @@ COMMANDS = {
     "stop": lambda a: _service_action(a, "stop"),
     "restart": lambda a: _service_action(a, "restart"),
     "install": cmd_install,
+    "remove": cmd_remove,
     "is-connected": cmd_is_connected,
     "supervise": cmd_supervise,
+    "flush": cmd_flush,
+    "discard": cmd_discard,
 }
 
 
@@ -467,7 +543,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     try:
-        out = COMMANDS[args[0]](args[1:])
+        if os.environ.get(HOOK_VAR) and args[0] in QUEUED:
+            out = _queue(args[0], args[1:])
+        else:
+            out = COMMANDS[args[0]](args[1:])
     except StandinError as err:
         sys.stderr.write(f"error: {err}\n")
         return 1

@@ -41,7 +41,8 @@ def snap_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     serve = prime / "bin" / "serve"
     serve.parent.mkdir()
     serve.write_text(
-        '#!/bin/sh\necho "args=$* greeting=$GREETING" > "$SNAP_DATA/started"\n'
+        '#!/bin/sh\n[ -d "$SNAP_COMPONENTS/weights" ] && echo yes > "$SNAP_DATA/saw-weights"\n'
+        'echo "args=$* greeting=$GREETING" > "$SNAP_DATA/started"\n'
         'sleep 300 &\necho $! > "$SNAP_DATA/child"\nwait\n'
     )
     serve.chmod(0o755)
@@ -157,3 +158,92 @@ def test_expand_follows_shell_rules() -> None:
     env = {"SNAP": "/s", "LD_LIBRARY_PATH": "/x"}
     assert expand("${SNAP_LIBRARY_PATH}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}", env) == ":/x"
     assert expand("$SNAP/bin:${NOPE:-/usr/bin}", env) == "/s/bin:/usr/bin"
+
+
+def _in_hook(monkeypatch: pytest.MonkeyPatch, hook: str = "install") -> None:
+    monkeypatch.setenv("SNAPCTL_STANDIN_HOOK", hook)
+
+
+def _after_hook(monkeypatch: pytest.MonkeyPatch, command: str) -> subprocess.CompletedProcess[str]:
+    """What the hook runner does when the hook has exited: flush (0) or discard (non-zero)."""
+    monkeypatch.delenv("SNAPCTL_STANDIN_HOOK")
+    return subprocess.run(["snapctl", command], capture_output=True, text=True, check=False)
+
+
+def test_inside_a_hook_components_and_services_wait_for_the_flush(
+    snap_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctl = Snapctl()
+    _in_hook(monkeypatch)
+    ctl.start("demo.server", enable=True)
+    ctl.install("weights")
+    # nothing happened yet: snapd acts after the hook, not during it
+    assert not (snap_env / "components" / "weights").exists()
+    assert ctl.service("demo.server") == ServiceState("demo.server", enabled=False, active=False)
+    queue = json.loads((snap_env / "state" / "queue.json").read_text())
+    assert queue == [
+        {"hook": "install", "command": "start", "args": ["--enable", "demo.server"]},
+        {"hook": "install", "command": "install", "args": ["+weights"]},
+    ]
+    flushed = _after_hook(monkeypatch, "flush")
+    assert (flushed.returncode, flushed.stderr) == (0, "")
+    assert (snap_env / "components" / "weights" / "model.gguf").read_text() == "w"
+    assert ctl.service("demo.server") == ServiceState("demo.server", enabled=True, active=True)
+    # components first, then services (though the start was asked first): the server found
+    # its component when it started
+    for _ in range(100):
+        if (snap_env / "data" / "started").exists():
+            break
+        time.sleep(0.05)
+    assert (snap_env / "data" / "saw-weights").read_text() == "yes\n"
+    assert json.loads((snap_env / "state" / "queue.json").read_text()) == []
+    ctl.stop("demo.server")
+
+
+def test_a_failed_hook_discards_what_it_queued(
+    snap_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctl = Snapctl()
+    _in_hook(monkeypatch, "configure")
+    ctl.install("weights")
+    ctl.start("demo.server", enable=True)
+    assert _after_hook(monkeypatch, "discard").returncode == 0
+    later = subprocess.run(["snapctl", "flush"], capture_output=True, text=True, check=False)
+    assert later.returncode == 0  # a later flush finds nothing to do
+    assert not (snap_env / "components" / "weights").exists()
+    assert ctl.service("demo.server") == ServiceState("demo.server", enabled=False, active=False)
+
+
+def test_outside_a_hook_install_and_remove_happen_at_once(snap_env: Path) -> None:
+    ctl = Snapctl()
+    ctl.install("weights")
+    assert (snap_env / "components" / "weights" / "model.gguf").read_text() == "w"
+    ctl.remove("weights")
+    assert not (snap_env / "components" / "weights").exists()
+    assert (snap_env / "staged" / "weights" / "model.gguf").exists()  # only the mount went
+    with pytest.raises(SnapctlError) as err:
+        ctl.remove("weights")
+    assert err.value.details == "error: cannot remove component 'weights': it is not installed"
+
+
+def test_a_queued_install_that_fails_stops_the_flush_and_names_the_hook(
+    snap_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctl = Snapctl()
+    _in_hook(monkeypatch)
+    ctl.install("runtime")  # not staged: accepted in the hook, fails when snapd gets to it
+    ctl.start("demo.server", enable=True)
+    flushed = _after_hook(monkeypatch, "flush")
+    assert (flushed.returncode, flushed.stderr) == (
+        1,
+        "error: after the install hook, `install +runtime` failed: cannot install component "
+        f"'runtime': not available (looked in {snap_env / 'staged' / 'runtime'})\n",
+    )
+    # the start queued after it did not happen, as snapd's change stops at a failed task
+    assert ctl.service("demo.server") == ServiceState("demo.server", enabled=False, active=False)
+
+
+def test_a_hook_cannot_flush_its_own_queue(snap_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _in_hook(monkeypatch)
+    proc = subprocess.run(["snapctl", "flush"], capture_output=True, text=True, check=False)
+    assert (proc.returncode, proc.stderr) == (1, "error: flush runs after the hook, not inside it\n")
