@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import requests
 import yaml
@@ -35,6 +35,7 @@ from runtimes.catalog import load_catalog
 from snapbuild.decision import Decision
 from snapbuild.errors import NoEngineError, SnapbuildError, UsageError
 from snapbuild.manifest import Manifest
+from snaps.snapctl_standin import HOOK_VAR
 
 REVISION = "x1"
 HEALTH_TIMEOUT_S = 180.0
@@ -119,15 +120,31 @@ class Trial:
             check=False,
         )
 
-    def run_hook(self, hook: str) -> subprocess.CompletedProcess[str]:
-        """Run the rendered hook script from meta/hooks, as snapd does."""
-        return subprocess.run(
+    def run_hook(self, hook: str, *, flush: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run the rendered hook script from meta/hooks, as snapd does, then settle its queue.
+
+        Inside the hook the stand-in queues component and service changes (snapd performs them
+        after the hook); on exit 0 they are flushed (components, then services), otherwise
+        discarded. A failed flush is reported as the hook step failing, with its error appended,
+        as `snap install` fails when a queued task fails. ``flush=False`` leaves the queue as it
+        is (a test of what happens while snapd is still working through it).
+        """
+        proc = subprocess.run(
             [str(self.prime / "meta" / "hooks" / hook)],
             capture_output=True,
             text=True,
-            env=self.env,
+            env={**self.env, HOOK_VAR: hook},
             cwd=self.env["SNAP_DATA"],
             check=False,
+        )
+        if not flush:
+            return proc
+        if proc.returncode != 0:
+            self.snapctl("discard")
+            return proc
+        settled = self.snapctl("flush")
+        return subprocess.CompletedProcess(
+            proc.args, settled.returncode, proc.stdout, proc.stderr + settled.stderr
         )
 
     def log(self) -> str:
@@ -236,11 +253,55 @@ def stage_components(
         if found is None:
             unavailable.append(f"{artifact.name} (not in the cache: `snapbuild fetch`)")
             continue
-        comp = _component_dir(trial, artifact.name, declared)
-        for file in artifact.files:
-            source = found if found.is_file() else found / file.path
-            _link(comp / file.path, source)
+        stage_artifact(trial, manifest, engine.artifact, found, declared)
     return unavailable
+
+
+def stage_artifact(
+    trial: Trial, manifest: Manifest, artifact: str, found: Path, snapcraft: dict[str, Any]
+) -> None:
+    """Stage an artifact exactly as the builder's ``components.yaml`` lays it out.
+
+    A file stored whole is linked into its component (GGUF splits land in several); a file the
+    builder stores in pieces is cut into ``<file>.part-NN`` at the manifest's shard sizes, each
+    in its own component, so the daemon joins and verifies them as on a real install.
+    """
+    from snaps.artifacts import layout
+    from snaps.env import SnapEnv
+
+    lay = layout(SnapEnv.from_environ(trial.env), manifest, artifact)
+    for file in lay.files:
+        source = found if found.is_file() else found / file.path
+        if not file.joined:
+            assert file.component is not None
+            _link(_component_dir(trial, file.component, snapcraft) / file.path, source)
+            continue
+        declared = next(f for f in manifest.artifact(artifact).files if f.path == file.path)
+        sizes = [s.size for s in declared.shards]
+        if len(sizes) != len(file.pieces) or sum(sizes) != source.stat().st_size:
+            raise TrialError(
+                f"cannot cut {source} into the pieces the snap stores",
+                details=f"{len(file.pieces)} pieces in components.yaml, {len(sizes)} shards of "
+                f"{sum(sizes)} bytes in the manifest, the file has {source.stat().st_size}",
+                resolution="Fix the manifest's shards (or re-fetch the file), then try again.",
+            )
+        with source.open("rb") as src:
+            for piece, size in zip(file.pieces, sizes, strict=True):
+                dest = _component_dir(trial, piece.component, snapcraft) / piece.path
+                _copy_bytes(src, dest, size)
+
+
+def _copy_bytes(src: BinaryIO, dest: Path, size: int) -> None:
+    """The next ``size`` bytes of ``src`` into ``dest`` (a piece of a split file)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    left = size
+    with dest.open("wb") as out:
+        while left > 0:
+            chunk = src.read(min(left, 8 * 1024 * 1024))
+            if not chunk:
+                raise TrialError(f"{src.name} ended {left} bytes short of the piece {dest.name}")
+            out.write(chunk)
+            left -= len(chunk)
 
 
 def _component_dir(trial: Trial, name: str, snapcraft: dict[str, Any]) -> Path:

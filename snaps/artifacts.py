@@ -12,8 +12,10 @@ sha256). An artifact therefore lives in one of three layouts:
   from the first split only when all splits sit in one directory), linked into that same
   directory.
 
-:func:`prepare` runs in the hooks after the components are installed; :func:`resolve` is the one
-function the daemon asks for the path to load, and it knows all three layouts.
+:func:`ready` prepares (joins, gathers) and resolves in one step. It runs where the components
+are certainly installed: in the daemon, once it has seen them appear (snapd installs components a
+hook asks for only after that hook), and in `use-engine`, where `snapctl install` blocks. Never in
+a hook. :func:`resolve` knows all three layouts and checks every file is in place.
 """
 
 from __future__ import annotations
@@ -186,7 +188,21 @@ def model_path(base: Path, lay: ArtifactLayout) -> Path:
     return base
 
 
-# preparing (the hooks) ----------------------------------------------------------------------
+# preparing (the daemon, use-engine) ---------------------------------------------------------
+def ready(env: SnapEnv, manifest: Manifest, engine: str, say: Callable[[str], None]) -> Path:
+    """Put ``engine``'s weights in loadable shape and return the path the runtime loads.
+
+    Joins and gathers (verified), then removes joined copies of artifacts ``engine`` does not
+    use, so a switch does not leave old weights filling the disk.
+    """
+    prepare(env, manifest, engine, say)
+    eng = manifest.engine(engine)
+    assert eng is not None  # prepare raised otherwise
+    for name in prune(env, keep={eng.artifact}):
+        say(f"removed the joined copy of {name}: no engine uses it any more")
+    return resolve(env, manifest, engine)
+
+
 def prepare(
     env: SnapEnv, manifest: Manifest, engine: str, say: Callable[[str], None]
 ) -> Path | None:

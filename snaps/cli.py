@@ -70,11 +70,26 @@ def status_data(ctx: Context) -> dict[str, Any]:
         },
         "endpoint": base_url(settings.host, settings.port),
         "context-size": settings.context_size,
+        "daemon": _daemon_note(ctx, service.active),
         "problem": state.problem
         if decision is not None
         else f"no engine chosen yet: run `{ctx.env.name} use-engine --auto`",
         "notes": state.notes,
     }
+
+
+def _daemon_note(ctx: Context, active: bool) -> dict[str, str] | None:
+    """What the server is busy with (waiting for components, preparing, loading) or why it
+    failed; None while it serves or when it is simply stopped."""
+    path = ctx.env.daemon_status_path
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    phase = str(data.get("phase"))
+    if phase == "serving" or not (active or phase == "failed"):
+        return None
+    return {"phase": phase, "message": str(data.get("message"))}
 
 
 def _status_text(data: dict[str, Any]) -> str:
@@ -94,6 +109,8 @@ def _status_text(data: dict[str, Any]) -> str:
         f"endpoint:     {data['endpoint']}",
         f"context-size: {data['context-size']}",
     ]
+    if data["daemon"]:
+        lines.insert(3, f"server:       {data['daemon']['phase']}: {data['daemon']['message']}")
     if data["engine"] and service["enabled"] and not service["active"]:
         lines.append(
             "The service is enabled but not running: stopped, still starting, or failed "
@@ -315,7 +332,7 @@ def use_engine(name: str | None, auto: bool, force: bool, assume_yes: bool) -> N
         ctx.snapctl.unset("engine")
     else:
         ctx.snapctl.set({"engine": name})
-    hooks.activate(ctx, decision, state)
+    hooks.activate(ctx, decision, state, in_hook=False)
     click.echo(f"Now using {target}." if target else "No engine fits; the server is stopped.")
 
 
@@ -380,7 +397,7 @@ def set_cmd(assignments: tuple[str, ...]) -> None:
     stored = {**ctx.stored(), **changes}
     decision, new_state, settings = hooks.plan(ctx, stored)
     ctx.snapctl.set(changes)
-    hooks.apply(ctx, decision, new_state, settings)
+    hooks.apply(ctx, decision, new_state, settings, in_hook=False)
     click.echo(f"Set {', '.join(changes)}.")
 
 
@@ -393,7 +410,7 @@ def unset(keys: tuple[str, ...]) -> None:
     stored = {k: v for k, v in ctx.stored().items() if k not in names}
     decision, new_state, settings = hooks.plan(ctx, stored)
     ctx.snapctl.unset(*names)
-    hooks.apply(ctx, decision, new_state, settings)
+    hooks.apply(ctx, decision, new_state, settings, in_hook=False)
     click.echo(f"Unset {', '.join(names)}.")
 
 

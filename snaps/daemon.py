@@ -1,45 +1,103 @@
 """The server app (`inference-snap daemon`): start the API for the recorded engine.
 
-It checks before it loads: an engine that does not fit this machine (any more) or whose
-components are missing exits non-zero at once with a message in the service log, instead of
-loading weights, being killed for memory and being restarted by systemd again and again.
+It checks before it loads: when nothing fits, or the recorded engine does not fit this machine
+(any more), it exits 3 at once with a message in the service log, instead of loading weights,
+being killed for memory and being restarted by systemd again and again.
+
+The components it needs may not be there yet when it starts: snapd installs the components an
+install hook asks for only after the hook has succeeded, and may start the service meanwhile. So
+the daemon waits for them (a few minutes, saying so in the log and in `status`) rather than
+failing into a restart loop, then joins or gathers the weights (:func:`snaps.artifacts.ready`),
+then serves.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
+from hwprobe.profile import HostProfile
 from snapbuild.errors import EXIT_NO_ENGINE, SnapbuildError
-from snaps.artifacts import resolve
+from snapbuild.threads import default_threads
+from snaps import artifacts
 from snaps.manager import Context, components_for, engine_components, probe_host, select
 
 REEXEC_MARK = "SNAPBUILD_DAEMON_REEXEC"
+# How long to wait for snapd to install the engine's components (test override, in seconds).
+COMPONENT_WAIT_VAR = "SNAPBUILD_COMPONENT_WAIT"
+COMPONENT_WAIT_S = 300.0
+POLL_S = 0.5
+REMIND_S = 30.0
 
 
 class DaemonError(SnapbuildError):
     """The daemon cannot start; the message ends up in the service log and in `status`."""
 
 
-def runtime_dir(ctx: Context, engine: str) -> Path:
-    """The runtime component's directory; every component of the engine must be installed."""
+def log(message: str) -> None:
+    """The service log (the journal under snapd)."""
+    sys.stderr.write(message.rstrip() + "\n")
+    sys.stderr.flush()
+
+
+def note(ctx: Context, phase: str, message: str) -> None:
+    """Tell `status` what the daemon is doing (written atomically)."""
+    path = ctx.env.daemon_status_path
+    tmp = path.with_name(path.name + ".tmp")
+    data = {"pid": os.getpid(), "phase": phase, "message": message}
+    with contextlib.suppress(OSError):  # a status note must never stop the server
+        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        tmp.replace(path)
+
+
+def _wait_limit() -> float:
+    try:
+        return float(os.environ.get(COMPONENT_WAIT_VAR) or COMPONENT_WAIT_S)
+    except ValueError:
+        return COMPONENT_WAIT_S
+
+
+def wait_for_components(ctx: Context, engine: str, timeout: float | None = None) -> Path:
+    """Wait (bounded) until every component of ``engine`` is installed; the runtime's directory.
+
+    snapd mounts a component whole, so its directory appearing means its files are there.
+    """
+    limit = _wait_limit() if timeout is None else timeout
     comps = engine_components(ctx, engine)
-    missing = [ctx.env.component_dir(c) for c in comps if not ctx.env.component_dir(c).is_dir()]
-    if missing:
-        raise DaemonError(
-            f"engine {engine}'s components are not installed",
-            details="missing: " + ", ".join(str(d) for d in missing),
-            resolution=f"Run `{ctx.env.name} use-engine {engine}` to install them.",
-            exit_code=EXIT_NO_ENGINE,
+
+    def missing() -> list[str]:
+        return [c for c in comps if not ctx.env.component_dir(c).is_dir()]
+
+    absent = missing()
+    if absent:
+        message = (
+            f"waiting for components {', '.join(absent)} (snapd installs them after the "
+            f"install hook; up to {limit:g}s)"
         )
+        log(message)
+        note(ctx, "waiting", message)
+        start = time.monotonic()
+        reminded = start
+        while absent and time.monotonic() - start < limit:
+            time.sleep(POLL_S)
+            absent = missing()
+            if absent and time.monotonic() - reminded >= REMIND_S:
+                reminded = time.monotonic()
+                log(f"still waiting for components {', '.join(absent)}")
+        if absent:
+            raise DaemonError(
+                f"engine {engine}'s components were not installed within {limit:g}s",
+                details="missing: " + ", ".join(str(ctx.env.component_dir(c)) for c in absent),
+                resolution=f"See `snap changes` for a failed component install, then run "
+                f"`{ctx.env.name} use-engine {engine}` to install them.",
+                exit_code=EXIT_NO_ENGINE,
+            )
+        log(f"components present after {time.monotonic() - start:.1f}s")
     return ctx.env.component_dir(components_for(ctx.manifest, engine)[0])
-
-
-def artifact_path(ctx: Context, engine: str) -> Path:
-    """What the runtime loads, in whichever layout the weights are (see :mod:`snaps.artifacts`)."""
-    return resolve(ctx.env, ctx.manifest, engine)
 
 
 def prepare_imports(runtime_dir: Path) -> None:
@@ -60,11 +118,11 @@ def prepare_imports(runtime_dir: Path) -> None:
         os.execve(sys.executable, [sys.executable, "-m", "snaps.cli", "daemon"], env)
 
 
-def check_fit(ctx: Context, engine: str, forced: bool) -> None:
-    """Refuse to start an engine the selector rejects on the machine as it is now."""
-    if forced:
-        return
+def check_fit(ctx: Context, engine: str, forced: bool) -> HostProfile:
+    """Refuse to start an engine the selector rejects on the machine as it is now; the host."""
     host, _, only_cpu = probe_host(ctx)
+    if forced:
+        return host
     decision = select(ctx.manifest, host, engine=engine, only_cpu=only_cpu)
     cand = decision.candidate(engine)
     if cand is None or not cand.compatible:
@@ -74,11 +132,29 @@ def check_fit(ctx: Context, engine: str, forced: bool) -> None:
             resolution=f"Free memory, or run `{ctx.env.name} use-engine --auto`.",
             exit_code=EXIT_NO_ENGINE,
         )
+    return host
+
+
+def runtime_threads(host: HostProfile, env: dict[str, str]) -> int | None:
+    """CPU threads for the runtime: ``env.OMP_NUM_THREADS`` when the operator set one, else the
+    same rule as `snapbuild serve` (:func:`snapbuild.threads.default_threads`)."""
+    value = env.get("OMP_NUM_THREADS", "").strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    return default_threads(host)
 
 
 def run() -> None:
     """Start the server for the recorded decision with the configured settings."""
     ctx = Context.load()
+    try:
+        _run(ctx)
+    except SnapbuildError as err:
+        note(ctx, "failed", err.brief)
+        raise
+
+
+def _run(ctx: Context) -> None:
     decision = ctx.require_decision()
     state = ctx.state()
     if decision.selected is None:
@@ -90,17 +166,19 @@ def run() -> None:
         )
     engine = decision.selected.engine
     settings = ctx.settings(decision=decision)
-    runtime = runtime_dir(ctx, engine)
-    model_path = artifact_path(ctx, engine)
-    prepare_imports(runtime)
-    check_fit(ctx, engine, state.forced)
+    host = check_fit(ctx, engine, state.forced)
+    prepare_imports(wait_for_components(ctx, engine))
+    note(ctx, "preparing", f"preparing the weights of {engine}")
+    model_path = artifacts.ready(ctx.env, ctx.manifest, engine, log)
     os.environ.update(settings.env)
+    threads = runtime_threads(host, settings.env)
     ctx.env.running_path.write_text(json.dumps(settings.to_data(), indent=2) + "\n")
-    sys.stderr.write(
+    url = f"http://{settings.host}:{settings.port}/v1"
+    note(ctx, "loading", f"loading {engine}")
+    log(
         f"starting {engine} ({decision.selected.runtime} on {decision.selected.device}) "
-        f"on http://{settings.host}:{settings.port}/v1 with context {settings.context_size}\n"
+        f"on {url} with context {settings.context_size}, {threads or 'default'} threads"
     )
-    sys.stderr.flush()
     from runtimes.server import run as serve
 
     serve(
@@ -109,6 +187,9 @@ def run() -> None:
         host=settings.host,
         port=settings.port,
         context_size=settings.context_size,
-        threads=None,
+        threads=threads,
         artifact_path=model_path,
+        on_listening=lambda host, port: note(
+            ctx, "serving", f"serving {engine} on http://{host}:{port}/v1"
+        ),
     )

@@ -73,6 +73,11 @@ class SnapEnv:
         """The settings the running daemon started with, to tell whether a restart is due."""
         return self.data / "running.json"
 
+    @property
+    def daemon_status_path(self) -> Path:
+        """What the daemon is doing (waiting for components, preparing, serving, failed)."""
+        return self.data / "daemon.json"
+
     def component_dir(self, component: str) -> Path:
         """Where snapd mounts an installed component."""
         return self.components / component

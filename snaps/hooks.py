@@ -1,5 +1,9 @@
 """The snap's hooks: install, post-refresh and configure.
 
+snapd performs what a hook asks of it (`snapctl install +component`, `snapctl start`) only after
+the hook has ended successfully, so the hooks decide and ask; they never read a component's
+files. The daemon waits for the components and prepares the weights when it starts.
+
 The rendered ``snap/hooks/<hook>`` scripts only ``exec "$SNAP/bin/inference-snap" hook <hook>``;
 the logic is here, once. The server starts only when an engine fits: when nothing does the
 service stays disabled and ``status`` says why, so a machine too small for the model never sees
@@ -30,11 +34,16 @@ def say(message: str) -> None:
     sys.stderr.write(message.rstrip() + "\n")
 
 
-def activate(ctx: Context, decision: Decision, state: State, *, restart: bool = True) -> None:
+def activate(
+    ctx: Context, decision: Decision, state: State, *, in_hook: bool, restart: bool = True
+) -> None:
     """Make ``decision`` the running state: components, record, service.
 
-    The order matters: components first (a failed download leaves the old engine running and
-    the old record in place), then the record, then the service.
+    From a hook, snapd installs the components (and starts or restarts the service) only after
+    the hook has succeeded, so a hook asks for them and never reads them: the daemon waits for
+    the components and prepares the weights. Outside hooks (`use-engine`, `set`) `snapctl
+    install` blocks, so the weights are joined here, before the restart, and a broken piece is
+    reported to the user at once with the old engine still running and still recorded.
     """
     service = ctx.env.service
     if decision.selected is None:
@@ -45,15 +54,15 @@ def activate(ctx: Context, decision: Decision, state: State, *, restart: bool = 
         return
     engine = decision.selected.engine
     missing = missing_components(ctx, engine)
-    if missing:
+    if missing and in_hook:
+        say(f"requesting components (snapd installs them after this hook): {', '.join(missing)}")
+    elif missing:
         say(f"installing components: {', '.join(missing)}")
-        ctx.snapctl.install(*missing)
-    artifacts.prepare(ctx.env, ctx.manifest, engine, say)  # join shards, gather GGUF splits
+    ctx.snapctl.install(*missing)
+    if not in_hook:
+        artifacts.ready(ctx.env, ctx.manifest, engine, say)  # join shards, gather GGUF splits
     state.problem = None
     ctx.record(decision, state)
-    in_use = ctx.manifest.engine(engine)
-    for name in artifacts.prune(ctx.env, keep={in_use.artifact} if in_use else set()):
-        say(f"removed the joined copy of {name}: no engine uses it any more")
     current = ctx.snapctl.service(service)
     if current.active and restart:
         ctx.snapctl.restart(service)
@@ -102,7 +111,7 @@ def install(ctx: Context) -> None:
     if decision.selected is not None:
         say(f"selected engine {decision.selected.engine}: {decision.selected.why}")
         set_defaults(ctx, decision)
-    activate(ctx, decision, state)
+    activate(ctx, decision, state, in_hook=True)
 
 
 def post_refresh(ctx: Context) -> None:
@@ -124,7 +133,7 @@ def post_refresh(ctx: Context) -> None:
         say(note)
     if decision.selected is not None:
         set_defaults(ctx, decision)
-    activate(ctx, decision, state, restart=current != previous)
+    activate(ctx, decision, state, in_hook=True, restart=current != previous)
 
 
 def _why_changed(ctx: Context, decision: Decision, previous: str, current: str | None) -> str:
@@ -174,11 +183,16 @@ def plan(
 
 
 def apply(
-    ctx: Context, decision: Decision, new_state: State | None, settings: config.Settings
+    ctx: Context,
+    decision: Decision,
+    new_state: State | None,
+    settings: config.Settings,
+    *,
+    in_hook: bool,
 ) -> None:
     """Put a validated plan in place: switch engine (which restarts), or restart if changed."""
     if new_state is not None:
-        activate(ctx, decision, new_state)
+        activate(ctx, decision, new_state, in_hook=in_hook)
     else:
         restart_if_changed(ctx, settings)
 
@@ -190,7 +204,7 @@ def configure(ctx: Context) -> None:
     """
     if ctx.decision() is None:
         return  # snapd may run configure before install has chosen; nothing to apply yet
-    apply(ctx, *plan(ctx, ctx.stored()))
+    apply(ctx, *plan(ctx, ctx.stored()), in_hook=True)
 
 
 def reject(problems: list[str]) -> None:

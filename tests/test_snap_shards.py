@@ -3,7 +3,9 @@
 A tiny GGUF is cut into three shards and a second artifact ships as three GGUF split files;
 the builder renders the project with a small component budget (so every piece lands in its own
 component, as a 15 GB model's would), the components are staged from the plan the way snapcraft
-would pack them, and the rendered install hook runs under the file-backed snapctl stand-in.
+would pack them, and the rendered install hook runs under the file-backed snapctl stand-in. The
+hook only asks for the components (snapd installs them after it); the daemon's side (the real
+`daemon` command, or :func:`snaps.artifacts.ready` it calls) joins and verifies.
 """
 
 from __future__ import annotations
@@ -21,13 +23,11 @@ from support.tiny_models import write_tiny_llama_gguf
 
 from snapbuild.build import plan as build_plan
 from snapbuild.builder import BuiltProject, make
+from snapbuild.manifest import Manifest
 from snapbuild.manifest_loader import load_manifest
 from snapbuild.trial import Trial, assemble_prime, write_commands
-from snaps.artifacts import ArtifactError, layout, model_path, resolve
-from snaps.daemon import artifact_path
+from snaps.artifacts import ArtifactError, layout, model_path, ready, resolve
 from snaps.env import SnapEnv
-from snaps.manager import Context
-from snaps.snapctl import Snapctl
 
 NAME = "tiny-shards"
 SPLITS = [f"tiny-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
@@ -156,7 +156,24 @@ def _hook(snap: Snap, hook: str) -> tuple[int, list[str]]:
     return proc.returncode, proc.stderr.splitlines()
 
 
-def test_install_joins_shards_and_the_daemon_loads_the_joined_file(snap: Snap) -> None:
+def _manifest_of(snap: Snap) -> Manifest:
+    return load_manifest(str(snap.env.manifest_path))
+
+
+def _daemon_prepares(snap: Snap, engine: str) -> tuple[Path, list[str]]:
+    """What the daemon does once the components are in: ready the weights (its own function)."""
+    said: list[str] = []
+    path = ready(snap.env, _manifest_of(snap), engine, said.append)
+    return path, said
+
+
+def _daemon(snap: Snap) -> tuple[int, list[str]]:
+    """Run the real daemon command once (no supervisor): it fails before it would serve."""
+    proc = snap.trial.run("daemon")
+    return proc.returncode, proc.stderr.splitlines()
+
+
+def test_install_hook_only_asks_and_the_daemon_side_joins_the_shards(snap: Snap) -> None:
     components = [c.name for c in snap.built.plan.components]
     assert components == [
         "llamacpp-cpu",
@@ -169,30 +186,59 @@ def test_install_joins_shards_and_the_daemon_loads_the_joined_file(snap: Snap) -
     ]
     code, err = _hook(snap, "install")
     assert code == 0, err
-    assert err[-2:] == [
-        "installing components: llamacpp-cpu, tiny-sharded, tiny-sharded-2, tiny-sharded-3",
-        f"joining tiny-sharded/tiny.gguf from 3 pieces ({len(snap.model)} bytes)",
+    assert err == [
+        "selected engine cpu-sharded: cpu-sharded was asked for by name and is compatible",
+        "requesting components (snapd installs them after this hook): llamacpp-cpu, "
+        "tiny-sharded, tiny-sharded-2, tiny-sharded-3",
     ]
-    joined = snap.artifacts / "tiny-sharded" / "tiny.gguf"
+    assert not (snap.artifacts / "tiny-sharded").exists()  # the hook joins nothing
+    joined, said = _daemon_prepares(snap, "cpu-sharded")
+    assert said == [f"joining tiny-sharded/tiny.gguf from 3 pieces ({len(snap.model)} bytes)"]
+    assert joined == snap.artifacts / "tiny-sharded" / "tiny.gguf"
     assert not joined.is_symlink() and joined.read_bytes() == snap.model
     assert sorted(p.name for p in (snap.artifacts / "tiny-sharded").iterdir()) == ["tiny.gguf"]
-    manifest = load_manifest(str(snap.env.manifest_path))
-    assert resolve(snap.env, manifest, "cpu-sharded") == joined
-    ctx = Context(env=snap.env, snapctl=Snapctl(), manifest=manifest)
-    assert artifact_path(ctx, "cpu-sharded") == joined
+    assert resolve(snap.env, _manifest_of(snap), "cpu-sharded") == joined
     status = json.loads(snap.trial.run("status", "--json").stdout)
     assert (status["engine"], status["service"]["active"]) == ("cpu-sharded", True)
 
-    # a later hook finds the verified copy and does not join (or hash) again
+    # post-refresh does not touch the weights; a later start finds the verified copy
     mtime = joined.stat().st_mtime_ns
     code, err = _hook(snap, "post-refresh")
-    assert code == 0, err
-    assert not [line for line in err if line.startswith("joining")]
+    assert (code, err) == (0, [])
+    assert _daemon_prepares(snap, "cpu-sharded") == (joined, [])
     assert joined.stat().st_mtime_ns == mtime
+
+
+def test_install_hook_succeeds_with_no_component_there_and_queues_them(snap: Snap) -> None:
+    """The components are not installed while the hook runs (snapd installs them after it)."""
+    aside = snap.trial.work / "aside"
+    snap.trial.staged.rename(aside)  # not even available to install yet
+    proc = snap.trial.run_hook("install", flush=False)
+    assert proc.returncode == 0, proc.stderr
+    assert not snap.env.components.exists()
+    queue = json.loads((snap.trial.state / "queue.json").read_text())
+    wanted = ["+llamacpp-cpu", "+tiny-sharded", "+tiny-sharded-2", "+tiny-sharded-3"]
+    assert [(q["command"], q["args"]) for q in queue] == [
+        ("install", wanted),
+        ("start", ["--enable", f"{NAME}.server"]),
+    ]
+    assert _selected_engine(snap) == "cpu-sharded"  # the decision is recorded by the hook
+    aside.rename(snap.trial.staged)  # snapd got them
+    assert snap.trial.snapctl("flush").returncode == 0
+    assert sorted(p.name for p in snap.env.components.iterdir()) == [w[1:] for w in wanted]
+    services = snap.trial.snapctl("services").stdout.splitlines()
+    assert services[1].split() == [f"{NAME}.server", "enabled", "active", "-"]
+
+
+def _selected_engine(snap: Snap) -> str:
+    data = json.loads((Path(snap.trial.env["SNAP_DATA"]) / "decision.json").read_text())
+    return str(data["selected"]["engine"])
 
 
 def test_switching_engine_gathers_splits_and_drops_the_unused_joined_copy(snap: Snap) -> None:
     assert _hook(snap, "install")[0] == 0
+    _daemon_prepares(snap, "cpu-sharded")
+    # outside a hook `snapctl install` blocks, so use-engine prepares before the restart
     proc = snap.trial.run("use-engine", "cpu-split", "--assume-yes")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stderr.splitlines() == [
@@ -209,7 +255,7 @@ def test_switching_engine_gathers_splits_and_drops_the_unused_joined_copy(snap: 
         assert (gathered / name).is_symlink()
         assert os.readlink(gathered / name) == str(snap.env.component_dir(comp) / name)
         assert (gathered / name).read_bytes() == data
-    manifest = load_manifest(str(snap.env.manifest_path))
+    manifest = _manifest_of(snap)
     assert resolve(snap.env, manifest, "cpu-split") == gathered / SPLITS[0]
     # the joined copy is gone, so the old engine's weights resolve to a clear error
     with pytest.raises(ArtifactError) as exc:
@@ -219,33 +265,35 @@ def test_switching_engine_gathers_splits_and_drops_the_unused_joined_copy(snap: 
     )
 
 
-def test_a_corrupt_piece_fails_the_hook_and_leaves_no_joined_file(snap: Snap) -> None:
+def test_a_corrupt_piece_stops_the_daemon_and_leaves_no_joined_file(snap: Snap) -> None:
     piece = snap.staged_piece("tiny-sharded-2", "tiny.gguf.part-02")
     data = bytearray(piece.read_bytes())
     data[100] ^= 0xFF
     piece.write_bytes(bytes(data))
-    code, err = _hook(snap, "install")
+    assert _hook(snap, "install")[0] == 0  # the hook never reads the pieces
+    code, err = _daemon(snap)
     assert code == 1, err
     good = _sha(_thirds(snap.model)[1])
+    brief = (
+        "cannot join tiny-sharded/tiny.gguf: piece tiny.gguf.part-02 in component "
+        "tiny-sharded-2 is corrupt (sha256 mismatch)"
+    )
     assert err == [
-        "selected engine cpu-sharded: cpu-sharded was asked for by name and is compatible",
-        "installing components: llamacpp-cpu, tiny-sharded, tiny-sharded-2, tiny-sharded-3",
         f"joining tiny-sharded/tiny.gguf from 3 pieces ({len(snap.model)} bytes)",
-        "Error: cannot join tiny-sharded/tiny.gguf: piece tiny.gguf.part-02 in component "
-        "tiny-sharded-2 is corrupt (sha256 mismatch)",
+        f"Error: {brief}",
         f"  expected sha256 {good}, got {_sha(bytes(data))}; nothing was written",
         f"Fix: Reinstall the component(s) ({NAME}+tiny-sharded-2), then run "
         f"`{NAME} use-engine --auto`.",
     ]
     assert sorted(p.name for p in (snap.artifacts / "tiny-sharded").iterdir()) == []
-    assert not (Path(snap.trial.env["SNAP_DATA"]) / "decision.json").exists()
-    services = snap.trial.snapctl("services").stdout.splitlines()
-    assert services[1].split() == [f"{NAME}.server", "disabled", "inactive", "-"]
+    status = json.loads(snap.trial.run("status", "--json").stdout)
+    assert status["daemon"] == {"phase": "failed", "message": brief}
 
 
 def test_a_missing_piece_names_its_component(snap: Snap) -> None:
     snap.staged_piece("tiny-sharded-3", "tiny.gguf.part-03").unlink()
-    code, err = _hook(snap, "install")
+    assert _hook(snap, "install")[0] == 0
+    code, err = _daemon(snap)
     assert code == 1
     assert err[-3:] == [
         "Error: cannot join tiny-sharded/tiny.gguf: piece tiny.gguf.part-03 is missing from "
@@ -263,7 +311,8 @@ def test_too_little_disk_space_fails_before_writing(snap: Snap) -> None:
     free = shutil.disk_usage(snap.trial.work).free
     data["artifacts"]["tiny-sharded"]["files"][0]["size"] = free * 2
     data_file.write_text(yaml.safe_dump(data))
-    code, err = _hook(snap, "install")
+    assert _hook(snap, "install")[0] == 0
+    code, err = _daemon(snap)
     assert code == 1
     assert [line for line in err if line.startswith("Error:")] == [
         "Error: not enough free disk space to join tiny-sharded"

@@ -246,4 +246,7 @@ def test_a_queued_install_that_fails_stops_the_flush_and_names_the_hook(
 def test_a_hook_cannot_flush_its_own_queue(snap_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _in_hook(monkeypatch)
     proc = subprocess.run(["snapctl", "flush"], capture_output=True, text=True, check=False)
-    assert (proc.returncode, proc.stderr) == (1, "error: flush runs after the hook, not inside it\n")
+    assert (proc.returncode, proc.stderr) == (
+        1,
+        "error: flush runs after the hook, not inside it\n",
+    )

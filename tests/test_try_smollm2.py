@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from hwprobe import probe
+from snapbuild.threads import default_threads
 from snapbuild.trial import Trial
 
 pytestmark = pytest.mark.slow
@@ -98,6 +100,13 @@ def test_try_answers_with_the_real_model(tried: tuple[Trial, str, int]) -> None:
         "gives `snap pack`)",
     }
     assert "Running the install hook ($SNAP/meta/hooks/install)" in lines
+    install = [line for line in lines if line.startswith("  install: requesting components")]
+    assert install == [
+        "  install: requesting components (snapd installs them after this hook): llamacpp-cpu, "
+        "smollm2-q4-1"
+    ]
+    health = json.loads(next(s for s in lines if s.startswith("Healthy: ")).split(" ", 1)[1])
+    assert health["runtime_info"]["threads"] == default_threads(probe())  # from the probe
     answer = next(line for line in lines if line.startswith("smollm2: "))
     assert len(answer.removeprefix("smollm2: ").split()) >= 3  # a real sentence came back
     assert any(line.startswith("Endpoint: http://127.0.0.1:") for line in lines)
@@ -129,6 +138,7 @@ def test_status_and_engines(tried: tuple[Trial, str, int]) -> None:
         "service": {"name": "smollm2.server", "enabled": True, "active": False},
         "endpoint": f"http://127.0.0.1:{port}/v1",
         "context-size": 4096,
+        "daemon": None,  # stopped after serving: nothing to explain
         "problem": None,
         "notes": [],
     }

@@ -10,6 +10,7 @@ import click
 from hwprobe.profile import HostProfile
 from snapbuild.errors import NoEngineError, UsageError
 from snapbuild.manifest import Manifest
+from snapbuild.threads import default_threads as _threads
 
 
 def _port(value: str) -> int | str:
@@ -21,14 +22,6 @@ def _port(value: str) -> int | str:
         f"--port {value!r} is not a port",
         resolution="give a number from 1 to 65535, or 'auto' for the next free port",
     )
-
-
-def _threads(host: HostProfile) -> int | None:
-    """Physical cores (llama.cpp runs fastest with one thread per core), else logical CPUs."""
-    cores = [c.cores for c in host.cpus]
-    if cores and all(n for n in cores):
-        return sum(n for n in cores if n)
-    return host.threads
 
 
 def _choose_engine(
