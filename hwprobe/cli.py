@@ -100,4 +100,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 def main() -> None:
     """Console-script entry point."""
+    from hwprobe._startup import configure_process
+
+    configure_process()
     sys.exit(run())

@@ -87,4 +87,7 @@ def run_cli(command: click.Command, argv: list[str] | None = None, **extra: Any)
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point for ``snapbuild``."""
+    from hwprobe._startup import configure_process
+
+    configure_process()
     sys.exit(run_cli(cli, argv, prog_name="snapbuild"))

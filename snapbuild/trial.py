@@ -209,7 +209,7 @@ def assemble_prime(trial: Trial, arch: str) -> dict[str, Any]:
         shutil.copytree(hooks_src, meta / "hooks")
         for hook in (meta / "hooks").iterdir():
             hook.chmod(0o755)
-    _python_launcher(trial.prime / "bin" / "inference-snap", "snaps.cli")
+    _python_launcher(trial.prime / "bin" / "inference-snap", "snaps")
     data_src = trial.project / "snapbuild-data"
     (trial.prime / "snapbuild").mkdir(exist_ok=True)
     for item in data_src.iterdir() if data_src.is_dir() else ():
