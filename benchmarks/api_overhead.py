@@ -42,7 +42,12 @@ def prompt(round_no: int) -> str:
 
 
 def direct_run(llm: object, text: str, tokens: int) -> tuple[float, float]:
-    """(time to first token, decode tokens/s) calling llama-cpp-python directly."""
+    """(time to first token, decode tokens/s) calling llama-cpp-python directly.
+
+    The first token is the first one with visible text, as a streaming client sees it: a token
+    that decodes to nothing (an end-of-sequence token the run ignores) is no answer yet, and the
+    API sends no chunk for it either.
+    """
     llm_: object = llm
     start = time.perf_counter()
     ids = llm_.tokenize(text.encode(), add_bos=False, special=True)  # type: ignore[attr-defined]
@@ -58,9 +63,9 @@ def direct_run(llm: object, text: str, tokens: int) -> tuple[float, float]:
         repeat_penalty=1.0,
     )
     for token in generator:
-        llm_.detokenize([token])  # type: ignore[attr-defined]
+        piece = llm_.detokenize([token])  # type: ignore[attr-defined]
         produced += 1
-        if produced == 1:
+        if not first and piece:
             first = time.perf_counter()
         if produced >= tokens:
             break
@@ -122,7 +127,7 @@ def raw_first_token(http: httpx.Client, base: str, text: str) -> float:
     """Time to first token through the API with a bare HTTP client (no openai library); the
     client is kept open between requests, as the openai client keeps its connection."""
     body = {"model": "smollm2", "prompt": text, "max_tokens": 4, "stream": True, "seed": SEED,
-            "ignore_eos": True}  # fmt: skip
+            "ignore_eos": True, **SAMPLING}  # fmt: skip
     start = time.perf_counter()
     first = 0.0
     with http.stream("POST", f"{base}/v1/completions", json=body, timeout=60) as response:
