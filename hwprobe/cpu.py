@@ -137,7 +137,7 @@ def _kind_facts(arch: str, blocks: list[Block]) -> CpuFacts:
         )
     else:
         facts.update(model_name=first.get("model name") or first.get("cpu"))
-    return CpuFacts.model_validate(facts)
+    return CpuFacts(**facts)  # type: ignore[arg-type]
 
 
 def cpus_from_cpuinfo(arch: str, blocks: list[Block]) -> tuple[CpuFacts, ...]:

@@ -41,7 +41,7 @@ def probe_memory(fs: RootFS) -> MemoryFacts:
     """RAM and swap in bytes; a warning when the total is unknown."""
     text = fs.text("/proc/meminfo", source="memory")
     values = parse_meminfo(text or "")
-    facts = MemoryFacts.model_validate({field: values.get(key) for key, field in _FIELDS.items()})
+    facts = MemoryFacts(**{field: values.get(key) for key, field in _FIELDS.items()})
     if facts.total is None:
         fs.warn(
             "memory",

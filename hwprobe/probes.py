@@ -75,7 +75,7 @@ def probe_gpus(fs: RootFS, items: list[Classified], nvml: NvmlQuery | None) -> t
                 cuda_version=facts.cuda_version,
                 device_nodes=tuple(base["device_nodes"]) + facts.device_nodes,  # type: ignore[arg-type]
             )
-        gpus.append(GpuFacts.model_validate(base))
+        gpus.append(GpuFacts(**base))  # type: ignore[arg-type]
     return tuple(gpus)
 
 

@@ -8,37 +8,51 @@ memory could not be read has ``vram: null`` and a warning says why.
 
 from __future__ import annotations
 
+import functools
 import json
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from hwprobe._plain import Kebab, kebab
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 SCHEMA_VERSION = 1
 
 X86Level = Literal["x86-64-v1", "x86-64-v2", "x86-64-v3", "x86-64-v4"]
 DeviceKind = Literal["cpu", "gpu", "npu"]
 
-
-def _kebab(name: str) -> str:
-    return name.replace("_", "-")
-
-
-class KebabModel(BaseModel):
-    """Base of every data model in the project: frozen, strict about keys, kebab-case on disk."""
-
-    model_config = ConfigDict(
-        frozen=True,
-        extra="forbid",
-        alias_generator=_kebab,
-        populate_by_name=True,
-    )
-
-    def to_data(self) -> dict[str, object]:
-        """Plain JSON-ready data with kebab-case keys."""
-        return self.model_dump(mode="json", by_alias=True)
+__all__ = [
+    "SCHEMA_VERSION",
+    "CpuFacts",
+    "DeviceKind",
+    "DiskFacts",
+    "DisplayFacts",
+    "GpuFacts",
+    "HostProfile",
+    "MemoryFacts",
+    "NpuFacts",
+    "PciIds",
+    "ProbeWarning",
+    "RuntimeFacts",
+    "X86Level",
+    "kebab",
+]
 
 
-class CpuFacts(KebabModel):
+def __getattr__(name: str) -> Any:
+    # KebabModel lived here; it is now snapbuild.model.KebabModel (importing it here would
+    # import pydantic into every `hwprobe --json`). Kept importable for older code.
+    if name == "KebabModel":
+        from snapbuild.model import KebabModel
+
+        return KebabModel
+    raise AttributeError(f"module 'hwprobe.profile' has no attribute {name!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CpuFacts(Kebab):
     """One kind of core. Hybrid CPUs (P-cores and E-cores) give one entry per distinct kind."""
 
     architecture: str  # snap architecture names: amd64, arm64, armhf, riscv64, s390x, ppc64el, i386
@@ -54,7 +68,8 @@ class CpuFacts(KebabModel):
     cores: int | None = None  # physical cores of this kind, when known
 
 
-class MemoryFacts(KebabModel):
+@dataclass(frozen=True, kw_only=True)
+class MemoryFacts(Kebab):
     """System RAM in bytes, from /proc/meminfo."""
 
     total: int | None = None
@@ -63,7 +78,8 @@ class MemoryFacts(KebabModel):
     swap_free: int | None = None
 
 
-class DiskFacts(KebabModel):
+@dataclass(frozen=True, kw_only=True)
+class DiskFacts(Kebab):
     """Free and total bytes of the filesystem holding ``path`` (where snaps are stored)."""
 
     path: str
@@ -71,7 +87,8 @@ class DiskFacts(KebabModel):
     free: int | None = None
 
 
-class PciIds(KebabModel):
+@dataclass(frozen=True, kw_only=True)
+class PciIds(Kebab):
     """The identity of one PCI function, as sysfs tells it (lowercase hex strings like "0x10de")."""
 
     slot: str  # "0000:01:00.0"
@@ -85,7 +102,8 @@ class PciIds(KebabModel):
     numa_node: int | None = None
 
 
-class GpuFacts(KebabModel):
+@dataclass(frozen=True, kw_only=True)
+class GpuFacts(Kebab):
     """A GPU that can run models."""
 
     vendor: str  # "nvidia", "amd", "intel", "apple", "qualcomm", ...
@@ -105,7 +123,8 @@ class GpuFacts(KebabModel):
     device_nodes: tuple[str, ...] = ()  # "/dev/dri/renderD128", "/dev/nvidia0"
 
 
-class NpuFacts(KebabModel):
+@dataclass(frozen=True, kw_only=True)
+class NpuFacts(Kebab):
     """An NPU or other AI accelerator (PCI class 0x1200 or 0x0b40, or a known NPU device)."""
 
     vendor: str
@@ -119,7 +138,8 @@ class NpuFacts(KebabModel):
     note: str | None = None
 
 
-class DisplayFacts(KebabModel):
+@dataclass(frozen=True, kw_only=True)
+class DisplayFacts(Kebab):
     """A display device that cannot run models (BMC/server video), listed so nobody wonders."""
 
     vendor: str
@@ -128,7 +148,8 @@ class DisplayFacts(KebabModel):
     reason: str
 
 
-class ProbeWarning(KebabModel):
+@dataclass(frozen=True, kw_only=True)
+class ProbeWarning(Kebab):
     """Something a probe could not read, and how to fix it."""
 
     source: str  # "cpu", "memory", "disk", "pci", "nvml", "amd", "intel", "npu", "runtimes"
@@ -136,16 +157,20 @@ class ProbeWarning(KebabModel):
     resolution: str | None = None
 
 
-class RuntimeFacts(KebabModel):
+@dataclass(frozen=True, kw_only=True)
+class RuntimeFacts(Kebab):
     """Which runtimes work here. Slow to gather (imports), so only on request."""
 
-    packages: dict[str, str | None] = {}  # package -> version, None when it does not import
+    packages: dict[str, str | None] = field(
+        default_factory=dict
+    )  # package -> version, None when it does not import
     openvino_devices: tuple[str, ...] = ()
     onnxruntime_providers: tuple[str, ...] = ()
     llama_cpp_gpu_offload: bool | None = None
 
 
-class HostProfile(KebabModel):
+@dataclass(frozen=True, kw_only=True)
+class HostProfile(Kebab):
     """Everything the selector needs to know about one machine."""
 
     schema_version: int = SCHEMA_VERSION
@@ -192,6 +217,36 @@ class HostProfile(KebabModel):
         return json.dumps(self.to_data(), indent=indent)
 
     @classmethod
-    def from_json(cls, text: str) -> HostProfile:
-        """Load a profile written by :meth:`to_json` (raises pydantic's ValidationError)."""
-        return cls.model_validate_json(text)
+    def from_json(cls, text: str | bytes) -> HostProfile:
+        """Load and strictly validate a profile written by :meth:`to_json` (raises pydantic's
+        ValidationError, a ValueError: unknown keys, wrong types, bad values)."""
+        return _adapter().validate_json(text)
+
+    @classmethod
+    def from_data(cls, data: Any) -> HostProfile:
+        """Strictly validate parsed JSON/YAML (kebab-case keys) into a profile, as
+        :meth:`from_json` does; raises pydantic's ValidationError."""
+        return _adapter().validate_python(data)
+
+    @classmethod
+    def json_schema(cls) -> dict[str, Any]:
+        """The JSON Schema of the profile as written on disk (kebab-case keys)."""
+        return _adapter().json_schema(by_alias=True)
+
+
+@functools.cache
+def _adapter() -> TypeAdapter[HostProfile]:
+    """Pydantic's validator for the profile, built on first use: only readers pay for pydantic."""
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(HostProfile)
+
+
+def error_message(error: Any) -> str:
+    """One of pydantic's validation errors (an ``exc.errors()`` item) on a profile, worded as it
+    was when the profile was a pydantic model, so messages users and tests know stay the same."""
+    if error["type"] == "unexpected_keyword_argument":
+        return "Extra inputs are not permitted"
+    if error["type"] == "dataclass_type":
+        return f"Input should be a valid dictionary or instance of {error['ctx']['class_name']}"
+    return str(error["msg"])

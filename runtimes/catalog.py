@@ -14,7 +14,7 @@ from typing import Literal
 import yaml
 from pydantic import Field
 
-from hwprobe.profile import KebabModel
+from snapbuild.model import KebabModel
 
 CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from hwprobe.profile import KebabModel, ProbeWarning
+from hwprobe.profile import ProbeWarning
+from snapbuild.model import KebabModel
 
 DeviceClass = Literal["cpu", "gpu", "npu"]
 

@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 from pydantic import Field
 
-from hwprobe.profile import KebabModel
 from snapbuild.manifest import ModelFacts
+from snapbuild.model import KebabModel
 
 Family = str  # "llama.cpp", "openvino", "onnxruntime"
 

@@ -14,7 +14,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from hwprobe.profile import KebabModel, X86Level
+from hwprobe.profile import X86Level
+from snapbuild.model import KebabModel
 
 MANIFEST_SCHEMA_VERSION = 1
 

@@ -149,7 +149,7 @@ def test_cloud_init_user_data(capsys: pytest.CaptureFixture[str], tmp_path: Path
 def test_odd_hostnames_stay_data(tmp_path: Path) -> None:
     """A hostname full of YAML and Jinja syntax comes back from every emitted file unchanged."""
     odd = 'evil: {{ lookup("pipe", "id") }}\n- [x] # "quoted"'
-    profile = HostProfile.model_validate(
+    profile = HostProfile.from_data(
         json.loads(Path("ansible/profiles/raspberry-pi-5.json").read_text())
     )
     inventory = Inventory()

@@ -12,9 +12,10 @@ import os
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 import hwprobe
-from hwprobe.profile import HostProfile
+from hwprobe.profile import HostProfile, error_message
 
 GIB = 1024**3
 
@@ -206,6 +207,8 @@ def test_shared_machine_matches_golden_profile(machines_dir: Path, name: str) ->
     if os.environ.get("HWPROBE_REGEN"):
         golden.write_text(text + "\n")
     assert json.loads(text) == json.loads(golden.read_text())
+    # The strict reader takes back exactly what the prober built (tuples, nested dataclasses).
+    assert HostProfile.from_json(profile.to_json()) == profile
 
 
 def test_nvidia_machines_warn_that_vram_is_unknown_and_how_to_record_it(machines_dir: Path) -> None:
@@ -234,3 +237,39 @@ def test_memory_in_bytes_or_kb_and_disk_from_recording(machines_dir: Path) -> No
 def test_profile_round_trips_through_json(machines_dir: Path) -> None:
     profile = probe_machine(machines_dir, "hp-zbook-power-16-inch-g11")
     assert HostProfile.from_json(profile.to_json()) == profile
+    assert HostProfile.from_data(json.loads(profile.to_json())) == profile
+
+
+def test_reading_a_profile_is_strict(machines_dir: Path) -> None:
+    data = probe_machine(machines_dir, "hp-zbook-power-16-inch-g11").to_data()
+    data["gpus"][0]["pci"]["vram"] = 1
+    data["memory"]["total"] = "lots"
+    data["cpus"] = data["cpus"][0]
+    with pytest.raises(ValidationError) as info:
+        HostProfile.from_json(json.dumps(data))
+    assert [(e["loc"], error_message(e)) for e in info.value.errors()] == [
+        (("cpus",), "Input should be a valid array"),
+        (
+            ("memory", "total"),
+            "Input should be a valid integer, unable to parse string as an integer",
+        ),
+        (("gpus", 0, "pci", "vram"), "Extra inputs are not permitted"),
+    ]
+
+
+def test_json_schema_has_the_kebab_keys_and_rejects_others() -> None:
+    schema = HostProfile.json_schema()
+    assert list(schema["properties"]) == [
+        "schema-version",
+        "hostname",
+        "cpus",
+        "memory",
+        "disk",
+        "gpus",
+        "npus",
+        "displays",
+        "runtimes",
+        "warnings",
+    ]
+    assert schema["additionalProperties"] is False
+    assert "model-name" in schema["$defs"]["CpuFacts"]["properties"]

@@ -156,7 +156,7 @@ def test_an_engine_unfit_on_the_machine_now_is_replaced_and_explained(
     tmp_path: Path, trial: Trial, machines_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     host = probe(str(machines_dir / "asus-ux301l" / "machine-root"))
-    data = host.model_dump(by_alias=True, mode="json")
+    data = host.to_data()
     data["cpus"][0]["flags"] = [f for f in data["cpus"][0]["flags"] if f != "avx2"]
     profile = tmp_path / "no-avx2.json"
     profile.write_text(json.dumps(data))

@@ -14,7 +14,6 @@ from posixpath import basename
 from typing import Literal
 from urllib.parse import urlparse
 
-from hwprobe.profile import KebabModel
 from runtimes.catalog import RuntimeCatalog, RuntimeEntry, Variant
 from snapbuild.errors import ManifestError, UsageError
 from snapbuild.manifest import (
@@ -25,6 +24,7 @@ from snapbuild.manifest import (
     Engine,
     Manifest,
 )
+from snapbuild.model import KebabModel
 
 # A component must stay under the Store's limit with room for squashfs and metadata overhead.
 COMPONENT_BUDGET = STORE_COMPONENT_LIMIT - 64 * 1024**2

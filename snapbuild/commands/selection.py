@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 
-from hwprobe.profile import HostProfile
+from hwprobe.profile import HostProfile, error_message
 from snapbuild.decision import Candidate, Decision
 from snapbuild.errors import NoEngineError, SnapbuildError, UsageError
 from snapbuild.manifest import Manifest
@@ -35,7 +35,7 @@ def load_host(host_root: str | None, host_file: str | None) -> HostProfile:
             raise UsageError(
                 f"{host_file} is not a host profile",
                 details="\n".join(
-                    f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}"
+                    f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {error_message(e)}"
                     for e in exc.errors()[:10]
                 ),
                 resolution="give a file written by `hwprobe --json`",

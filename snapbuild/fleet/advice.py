@@ -10,7 +10,7 @@ only know how to apply each kind of change to a profile.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -70,14 +70,14 @@ def load_npu_driver(
     drivers: dict[str, str] = params.get("drivers", {})
     vendor = next(n.vendor for n in profile.npus if n.driver_loaded is not True)
     npus = tuple(_with_npu_driver(n, drivers) for n in profile.npus)
-    return profile.model_copy(update={"npus": npus}), {"vendor": _vendor_name(vendor)}
+    return replace(profile, npus=npus), {"vendor": _vendor_name(vendor)}
 
 
 def _with_npu_driver(npu: NpuFacts, drivers: dict[str, str]) -> NpuFacts:
     if npu.driver_loaded is True:
         return npu
     driver = npu.driver or drivers.get(npu.vendor)
-    return npu.model_copy(update={"driver": driver, "driver_loaded": True})
+    return replace(npu, driver=driver, driver_loaded=True)
 
 
 def bind_gpu_driver(
@@ -89,14 +89,14 @@ def bind_gpu_driver(
     if not unbound:
         return None
     gpus = tuple(_with_gpu_driver(g, drivers) for g in profile.gpus)
-    return profile.model_copy(update={"gpus": gpus}), {"vendor": _vendor_name(unbound[0].vendor)}
+    return replace(profile, gpus=gpus), {"vendor": _vendor_name(unbound[0].vendor)}
 
 
 def _with_gpu_driver(gpu: GpuFacts, drivers: dict[str, str]) -> GpuFacts:
     if gpu.pci is None or gpu.pci.driver or gpu.vendor not in drivers:
         return gpu
-    pci: PciIds = gpu.pci.model_copy(update={"driver": drivers[gpu.vendor]})
-    return gpu.model_copy(update={"pci": pci})
+    pci: PciIds = replace(gpu.pci, driver=drivers[gpu.vendor])
+    return replace(gpu, pci=pci)
 
 
 def add_memory(
@@ -113,7 +113,7 @@ def add_memory(
         swap_total=memory.swap_total,
         swap_free=memory.swap_free,
     )
-    return profile.model_copy(update={"memory": grown}), {}
+    return replace(profile, memory=grown), {}
 
 
 CHANGES: dict[str, Change] = {

@@ -15,6 +15,7 @@ seen costs a regular expression and a dictionary lookup instead of a pydantic va
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from typing import Any, TypeGuard
 
 from pydantic import ValidationError
 
-from hwprobe.profile import HostProfile
+from hwprobe.profile import HostProfile, error_message
 from snapbuild.errors import SnapbuildError
 
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
@@ -86,10 +87,11 @@ class Inventory:
     # -- building --------------------------------------------------------------------------
     def add_profile(self, profile: HostProfile) -> str:
         """Register a validated profile and return its key (canonical JSON without hostname)."""
-        data = profile.model_dump(mode="json", by_alias=True, exclude={"hostname"})
+        data = profile.to_data()
+        del data["hostname"]
         key = json.dumps(data, sort_keys=True, separators=(",", ":"))
         if key not in self.profiles:
-            self.profiles[key] = profile.model_copy(update={"hostname": None})
+            self.profiles[key] = dataclasses.replace(profile, hostname=None)
         return key
 
     def add_host(self, hostname: str, file: str, line: int | None, key: str) -> None:
@@ -127,7 +129,7 @@ def validate_profile(data: Any) -> HostProfile:
     if not isinstance(data, dict):
         raise ValueError(f"a hwprobe profile is a JSON object, not {_json_type(data)}")
     try:
-        return HostProfile.model_validate(data)
+        return HostProfile.from_data(data)
     except ValidationError as exc:
         raise ValueError(describe_validation(exc)) from None
 
@@ -137,7 +139,7 @@ def describe_validation(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors()[:3]:
         loc = ".".join(str(p) for p in err["loc"]) or "(profile)"
-        parts.append(f"{loc}: {err['msg']}")
+        parts.append(f"{loc}: {error_message(err)}")
     more = len(exc.errors()) - 3
     if more > 0:
         parts.append(f"and {more} more")

@@ -1,0 +1,30 @@
+"""``KebabModel``: the pydantic base of the project's documents (manifests, decisions, catalog,
+build plans, fleet records...).
+
+It lives in ``snapbuild`` rather than in :mod:`hwprobe.profile` because the prober's own data
+(the host profile and its tables) are plain dataclasses, so that ``hwprobe --json`` never
+imports pydantic (see :mod:`hwprobe._plain`); the documents built here are read and written by
+``snapbuild`` and the snap, where pydantic's validation is the point. Both share one key
+convention, :func:`hwprobe.profile.kebab`, and the same rules: frozen, unknown keys rejected.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from hwprobe.profile import kebab
+
+
+class KebabModel(BaseModel):
+    """Base of the project's pydantic models: frozen, strict about keys, kebab-case on disk."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        alias_generator=kebab,
+        populate_by_name=True,
+    )
+
+    def to_data(self) -> dict[str, object]:
+        """Plain JSON-ready data with kebab-case keys."""
+        return self.model_dump(mode="json", by_alias=True)
