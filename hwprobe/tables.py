@@ -1,32 +1,33 @@
-"""The prober's data tables (``hwprobe/data/*.yaml``), loaded lazily and validated once.
+"""The prober's data tables (``hwprobe/data/*.yaml``), loaded lazily.
 
-Hardware knowledge lives in YAML so that adding a GPU or an NPU is a one-line data change; these
-models are the tables' schema, so a malformed entry fails loudly at load time (and in
-``tests/test_hwprobe_tables.py``) instead of misclassifying a machine.
+Hardware knowledge lives in YAML so that adding a GPU or an NPU is a one-line data change. The
+classes below are the tables' schema: frozen dataclasses (no pydantic at run time, see
+:mod:`hwprobe._plain`) built from the YAML without checks when the prober needs them, and
+validated strictly by :func:`validate_table` (types, unknown keys, hex ids), which the tests run
+on every shipped table, so a malformed entry fails there instead of misclassifying a machine.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
-
-from hwprobe.profile import KebabModel
+from hwprobe._plain import Kebab, build
 
 HEX_ID = re.compile(r"^0x[0-9a-f]{4}$")
 HEX_ANY = re.compile(r"^0x[0-9a-f]+$")
 
 
-def _check_hex(value: str, pattern: re.Pattern[str] = HEX_ID) -> str:
-    if not pattern.match(value):
-        raise ValueError(f"{value!r} is not a lowercase hex id like 0x10de")
-    return value
+def _check_hex(where: str, value: object, pattern: re.Pattern[str] = HEX_ID) -> None:
+    if not isinstance(value, str) or not pattern.match(value):
+        raise ValueError(f"{where}: {value!r} is not a lowercase hex id like 0x10de")
 
 
-class VendorEntry(KebabModel):
+@dataclass(frozen=True, kw_only=True)
+class VendorEntry(Kebab):
     """A PCI vendor: the name hwprobe reports and whether its display devices run models."""
 
     name: str
@@ -35,7 +36,8 @@ class VendorEntry(KebabModel):
     reason: str | None = None
 
 
-class DeviceEntry(KebabModel):
+@dataclass(frozen=True, kw_only=True)
+class DeviceEntry(Kebab):
     """A known PCI device: a name, and for accelerators what drives them."""
 
     vendor: str
@@ -47,42 +49,30 @@ class DeviceEntry(KebabModel):
     llm_capable: bool | None = None
     note: str | None = None
 
-    @field_validator("vendor", "device")
-    @classmethod
-    def _hex(cls, value: str) -> str:
-        return _check_hex(value)
 
-
-class IdRange(KebabModel):
+@dataclass(frozen=True, kw_only=True)
+class IdRange(Kebab):
     """An inclusive range of PCI device ids."""
 
     first: str
     last: str
     family: str
 
-    @field_validator("first", "last")
-    @classmethod
-    def _hex(cls, value: str) -> str:
-        return _check_hex(value)
-
     def contains(self, device_id: str) -> bool:
         """True when ``device_id`` ("0x56a2") lies in the range."""
         return int(self.first, 16) <= int(device_id, 16) <= int(self.last, 16)
 
 
-class ApuEntry(KebabModel):
+@dataclass(frozen=True, kw_only=True)
+class ApuEntry(Kebab):
     """An AMD APU's GPU device id."""
 
     device: str
     family: str
 
-    @field_validator("device")
-    @classmethod
-    def _hex(cls, value: str) -> str:
-        return _check_hex(value)
 
-
-class PciTable(KebabModel):
+@dataclass(frozen=True, kw_only=True)
+class PciTable(Kebab):
     """``data/pci.yaml``."""
 
     schema_version: Literal[1]
@@ -93,22 +83,17 @@ class PciTable(KebabModel):
     intel_local_memory_files: tuple[str, ...]
     amd_apus: tuple[ApuEntry, ...]
 
-    @field_validator("classes", "vendors")
-    @classmethod
-    def _hex_keys(cls, value: dict[str, Any]) -> dict[str, Any]:
-        for key in value:
-            _check_hex(key)
-        return value
 
-
-class X86Level(KebabModel):
+@dataclass(frozen=True, kw_only=True)
+class X86Level(Kebab):
     """One x86-64 micro-architecture level and the cpuinfo flags it adds."""
 
     level: Literal["x86-64-v1", "x86-64-v2", "x86-64-v3", "x86-64-v4"]
-    flags: tuple[str, ...] = Field(min_length=1)
+    flags: tuple[str, ...]  # at least one (validate_table checks)
 
 
-class CpuTable(KebabModel):
+@dataclass(frozen=True, kw_only=True)
+class CpuTable(Kebab):
     """``data/cpu.yaml``."""
 
     schema_version: Literal[1]
@@ -119,22 +104,17 @@ class CpuTable(KebabModel):
     arm64_llm_features: dict[str, str]
     riscv_vendors: dict[str, str]
 
-    @field_validator("arm64_implementers", "riscv_vendors", "arm64_parts")
-    @classmethod
-    def _hex_keys(cls, value: dict[str, Any]) -> dict[str, Any]:
-        for key in value:
-            _check_hex(key, HEX_ANY)
-        return value
 
-
-class NvmlErrorEntry(KebabModel):
+@dataclass(frozen=True, kw_only=True)
+class NvmlErrorEntry(Kebab):
     """What one NVML error means for a person."""
 
     message: str
     resolution: str
 
 
-class NvmlTable(KebabModel):
+@dataclass(frozen=True, kw_only=True)
+class NvmlTable(Kebab):
     """``data/nvml.yaml``."""
 
     schema_version: Literal[1]
@@ -154,19 +134,19 @@ def load_yaml(name: str) -> Any:
 @functools.cache
 def pci_table() -> PciTable:
     """The PCI table, loaded on first use."""
-    return PciTable.model_validate(load_yaml("pci.yaml"))
+    return build(PciTable, load_yaml("pci.yaml"))
 
 
 @functools.cache
 def cpu_table() -> CpuTable:
     """The CPU table, loaded on first use."""
-    return CpuTable.model_validate(load_yaml("cpu.yaml"))
+    return build(CpuTable, load_yaml("cpu.yaml"))
 
 
 @functools.cache
 def nvml_table() -> NvmlTable:
     """The NVML error table, loaded on first use."""
-    return NvmlTable.model_validate(load_yaml("nvml.yaml"))
+    return build(NvmlTable, load_yaml("nvml.yaml"))
 
 
 @functools.cache
@@ -177,3 +157,49 @@ def _device_index() -> dict[tuple[str, str], DeviceEntry]:
 def known_device(vendor_id: str, device_id: str) -> DeviceEntry | None:
     """The table's entry for one PCI device, None when the table does not know it."""
     return _device_index().get((vendor_id, device_id))
+
+
+TABLES: dict[str, type[Kebab]] = {"pci": PciTable, "cpu": CpuTable, "nvml": NvmlTable}
+
+
+def validate_table(name: str, data: Any) -> Kebab:
+    """Strictly validate parsed table ``name`` ("pci", "cpu", "nvml"): the schema's types and
+    keys (pydantic, imported here only), then the hex-id formats the prober compares against.
+
+    Raises ValueError (pydantic's ValidationError is one) saying what is wrong and where.
+    """
+    from pydantic import TypeAdapter
+
+    table = TypeAdapter(TABLES[name]).validate_python(data)
+    if isinstance(table, PciTable):
+        _check_pci(table)
+    elif isinstance(table, CpuTable):
+        _check_cpu(table)
+    return table
+
+
+def _check_pci(table: PciTable) -> None:
+    for key in table.classes:
+        _check_hex("pci.yaml classes", key)
+    for key in table.vendors:
+        _check_hex("pci.yaml vendors", key)
+    for i, entry in enumerate(table.devices):
+        _check_hex(f"pci.yaml devices[{i}].vendor", entry.vendor)
+        _check_hex(f"pci.yaml devices[{i}].device", entry.device)
+    for i, span in enumerate(table.intel_discrete_ranges):
+        _check_hex(f"pci.yaml intel-discrete-ranges[{i}].first", span.first)
+        _check_hex(f"pci.yaml intel-discrete-ranges[{i}].last", span.last)
+    for i, apu in enumerate(table.amd_apus):
+        _check_hex(f"pci.yaml amd-apus[{i}].device", apu.device)
+
+
+def _check_cpu(table: CpuTable) -> None:
+    for field in ("arm64_implementers", "riscv_vendors", "arm64_parts"):
+        for key in getattr(table, field):
+            _check_hex(f"cpu.yaml {field.replace('_', '-')}", key, HEX_ANY)
+    for entry in table.x86_64_levels:
+        if not entry.flags:
+            raise ValueError(
+                f"cpu.yaml x86-64-levels: {entry.level} lists no flags; give the cpuinfo flags "
+                "that level adds"
+            )

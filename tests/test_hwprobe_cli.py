@@ -11,6 +11,7 @@ from pathlib import Path
 import pynvml
 import pytest
 import yaml
+from pydantic import ValidationError
 from support.hwprobe import Machine
 
 import hwprobe
@@ -144,8 +145,60 @@ def test_vendors_named_in_code_exist_in_the_table() -> None:
     assert named <= {v.name for v in tables.pci_table().vendors.values() if v.gpu}
 
 
+@pytest.mark.parametrize("name", ["pci", "cpu", "nvml"])
+def test_every_shipped_table_validates_and_loads_as_validated(name: str) -> None:
+    data = tables.load_yaml(f"{name}.yaml")
+    loaded = getattr(tables, f"{name}_table")()
+    assert tables.validate_table(name, data) == loaded
+
+
 def test_a_malformed_table_entry_is_rejected() -> None:
     data = tables.load_yaml("pci.yaml")
     data["devices"][0]["vendor"] = "10DE"
+    message = "pci.yaml devices[0].vendor: '10DE' is not a lowercase hex id like 0x10de"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        tables.validate_table("pci", data)
+
+
+@pytest.mark.parametrize(
+    ("table", "where"),
+    [
+        ("pci", "classes"),
+        ("pci", "vendors"),
+        ("cpu", "arm64_implementers"),
+        ("cpu", "arm64_parts"),
+        ("cpu", "riscv_vendors"),
+    ],
+)
+def test_a_malformed_table_key_is_rejected(table: str, where: str) -> None:
+    data = tables.load_yaml(f"{table}.yaml")
+    key = where.replace("_", "-")
+    data[key]["0xZZ"] = next(iter(data[key].values()))
+    message = f"{table}.yaml {key}: '0xZZ' is not a lowercase hex id like 0x10de"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        tables.validate_table(table, data)
+
+
+def test_a_malformed_id_range_is_rejected() -> None:
+    data = tables.load_yaml("pci.yaml")
+    data["intel-discrete-ranges"][0]["last"] = "0x56A0"
     with pytest.raises(ValueError, match="not a lowercase hex id"):
-        tables.PciTable.model_validate(data)
+        tables.validate_table("pci", data)
+
+
+def test_an_unknown_table_key_is_rejected() -> None:
+    data = tables.load_yaml("pci.yaml")
+    data["devices"][0]["vram"] = 8
+    with pytest.raises(ValidationError) as info:
+        tables.validate_table("pci", data)
+    assert [(e["loc"], e["type"]) for e in info.value.errors()] == [
+        (("devices", 0, "vram"), "unexpected_keyword_argument")
+    ]
+
+
+def test_an_x86_level_without_flags_is_rejected() -> None:
+    data = tables.load_yaml("cpu.yaml")
+    data["x86-64-levels"][1]["flags"] = []
+    message = "cpu.yaml x86-64-levels: x86-64-v2 lists no flags"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        tables.validate_table("cpu", data)
