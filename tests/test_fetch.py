@@ -7,13 +7,13 @@ from __future__ import annotations
 import hashlib
 import http.server
 import os
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import yaml
+from support.serving import http_files_server
 
 from snapbuild.artifacts import FetchError, artifact_dir, fetch, locate
 from snapbuild.cli import cli, run_cli
@@ -71,13 +71,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 @pytest.fixture()
 def server() -> Iterator[tuple[str, Behaviour]]:
     behaviour = Behaviour()
-    handler = type("H", (Handler,), {"behaviour": behaviour})
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}", behaviour
-    httpd.shutdown()
-    httpd.server_close()
+    with http_files_server(type("H", (Handler,), {"behaviour": behaviour})) as base:
+        yield base, behaviour
 
 
 @pytest.fixture(autouse=True)

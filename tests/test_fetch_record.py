@@ -9,12 +9,12 @@ import contextlib
 import hashlib
 import http.server
 import os
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from support.serving import http_files_server
 
 from snapbuild.artifacts import artifact_dir, locate, record_in_text
 from snapbuild.cli import cli, run_cli
@@ -80,13 +80,8 @@ def server() -> Iterator[tuple[str, Behaviour]]:
     behaviour = Behaviour(
         files={"model.gguf": WEIGHTS, "extra.bin": EXTRA, "model-q8.gguf": Q8, "huge.gguf": Q8}
     )
-    handler = type("H", (Handler,), {"behaviour": behaviour})
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}", behaviour
-    httpd.shutdown()
-    httpd.server_close()
+    with http_files_server(type("H", (Handler,), {"behaviour": behaviour})) as base:
+        yield base, behaviour
 
 
 @pytest.fixture(autouse=True)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from support.tiny_models import CHATML_TEMPLATE, tokenizer_vocab
+from support.tiny_models import add_chatml_tokenizer, add_decoder_metadata, tokenizer_vocab
 
 
 def write_shape_gguf(
@@ -57,15 +57,15 @@ def write_shape_gguf(
     swa = f"-swa{sliding_window}" if sliding_window else ""
     prefix = "shape" if architecture == "llama" else architecture
     writer.add_name(f"{prefix}-{layers}x{embedding}-{heads}h{kv_heads}kv{swa}-{dtype}")
-    writer.add_context_length(context)
-    writer.add_embedding_length(embedding)
-    writer.add_block_count(layers)
-    writer.add_feed_forward_length(feed_forward)
-    writer.add_head_count(heads)
-    writer.add_head_count_kv(kv_heads)
-    writer.add_rope_dimension_count(head_dim)
-    writer.add_rope_freq_base(10000.0)
-    writer.add_layer_norm_rms_eps(1e-6)
+    add_decoder_metadata(
+        writer,
+        embedding=embedding,
+        layers=layers,
+        heads=heads,
+        kv_heads=kv_heads,
+        feed_forward=feed_forward,
+        context=context,
+    )
     if sliding_window is not None:
         writer.add_sliding_window(sliding_window)
     file_types = {
@@ -74,16 +74,7 @@ def write_shape_gguf(
         "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
     }
     writer.add_file_type(file_types[dtype])
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("qwen2")
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    writer.add_token_merges(merges)
-    writer.add_bos_token_id(tokens.index("<|endoftext|>"))
-    writer.add_eos_token_id(tokens.index("<|im_end|>"))
-    writer.add_pad_token_id(tokens.index("<|endoftext|>"))
-    writer.add_add_bos_token(False)
-    writer.add_chat_template(CHATML_TEMPLATE)
+    add_chatml_tokenizer(writer, tokens, types, merges)
 
     def matrix(name: str, rows: int, cols: int) -> None:
         data = (rng.standard_normal((rows, cols), dtype=np.float32) * 0.05).astype(np.float32)

@@ -40,6 +40,25 @@ def wait_healthy(
 
 
 @contextlib.contextmanager
+def http_files_server(handler: type[Any]) -> Iterator[str]:
+    """Serve a ``http.server`` handler class on a free loopback port; yield its base URL.
+
+    For tests of downloads: the handler decides what each request gets (good files, cut-off
+    bodies, errors), and the server stops when the block ends.
+    """
+    import http.server
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@contextlib.contextmanager
 def app_in_thread(app: Any) -> Iterator[str]:
     """Run a FastAPI app with uvicorn on a free loopback port; yield its base URL."""
     import uvicorn

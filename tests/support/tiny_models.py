@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -62,6 +63,44 @@ def tokenizer_vocab() -> tuple[list[str], list[int], list[str]]:
     return tokens, types, merges
 
 
+def add_decoder_metadata(
+    writer: Any,
+    *,
+    embedding: int,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    feed_forward: int,
+    context: int,
+) -> None:
+    """The hyper-parameters every generated decoder GGUF carries (llama.cpp's keys)."""
+    writer.add_context_length(context)
+    writer.add_embedding_length(embedding)
+    writer.add_block_count(layers)
+    writer.add_feed_forward_length(feed_forward)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_rope_dimension_count(embedding // heads)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-6)
+
+
+def add_chatml_tokenizer(
+    writer: Any, tokens: list[str], types: list[int], merges: list[str]
+) -> None:
+    """The qwen2-style BPE tokenizer and ChatML template of :func:`tokenizer_vocab`."""
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(tokens.index("<|endoftext|>"))
+    writer.add_eos_token_id(tokens.index("<|im_end|>"))
+    writer.add_pad_token_id(tokens.index("<|endoftext|>"))
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(CHATML_TEMPLATE)
+
+
 def write_tiny_gguf(
     path: Path,
     *,
@@ -87,27 +126,17 @@ def write_tiny_gguf(
     head_dim = embedding // heads
     writer = gguf.GGUFWriter(str(path), architecture)
     writer.add_name(f"tiny-{architecture}")
-    writer.add_context_length(context)
-    writer.add_embedding_length(embedding)
-    writer.add_block_count(layers)
-    writer.add_feed_forward_length(feed_forward)
-    writer.add_head_count(heads)
-    writer.add_head_count_kv(kv_heads)
-    writer.add_rope_dimension_count(head_dim)
-    writer.add_rope_freq_base(10000.0)
-    writer.add_layer_norm_rms_eps(1e-6)
+    add_decoder_metadata(
+        writer,
+        embedding=embedding,
+        layers=layers,
+        heads=heads,
+        kv_heads=kv_heads,
+        feed_forward=feed_forward,
+        context=context,
+    )
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("qwen2")
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    writer.add_token_merges(merges)
-    eos = tokens.index("<|im_end|>")
-    writer.add_bos_token_id(tokens.index("<|endoftext|>"))
-    writer.add_eos_token_id(eos)
-    writer.add_pad_token_id(tokens.index("<|endoftext|>"))
-    writer.add_add_bos_token(False)
-    writer.add_chat_template(CHATML_TEMPLATE)
+    add_chatml_tokenizer(writer, tokens, types, merges)
 
     def matrix(rows: int, cols: int) -> np.ndarray:
         return (rng.standard_normal((rows, cols)) * 0.2).astype(np.float16)
