@@ -41,16 +41,6 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # KebabModel lived here; it is now snapbuild.model.KebabModel (importing it here would
-    # import pydantic into every `hwprobe --json`). Kept importable for older code.
-    if name == "KebabModel":
-        from snapbuild.model import KebabModel
-
-        return KebabModel
-    raise AttributeError(f"module 'hwprobe.profile' has no attribute {name!r}")
-
-
 @dataclass(frozen=True, kw_only=True)
 class CpuFacts(Kebab):
     """One kind of core. Hybrid CPUs (P-cores and E-cores) give one entry per distinct kind."""
