@@ -26,6 +26,7 @@ from typing import Any
 
 from hwprobe.profile import GpuFacts, HostProfile, NpuFacts, ProbeWarning
 from runtimes.catalog import RuntimeEntry, load_catalog
+from snapbuild.batching import plan_batching
 from snapbuild.decision import Candidate, Decision, DeviceClass, MemoryEstimate, Selected
 from snapbuild.errors import UsageError
 from snapbuild.estimate import (
@@ -620,6 +621,7 @@ def judge(
         context_size=fit.context if compatible else None,
         estimated_tokens_per_second=tps,
         slot=device.slot,
+        batching=plan_batching(entry.id, fit.memory, fit.context) if compatible else None,
     )
     return Judged(cand, device.accel, fit.verified, index, v.warnings)
 
@@ -740,6 +742,7 @@ def select(
             artifact=c.artifact,
             quantization=c.quantization,
             slot=c.slot,
+            batching=c.batching,
             why=_why(winner, runner, len(judged) - len(ranked), engine is not None),
         )
         warnings += [ProbeWarning(source="selector", message=m) for m in winner.warnings]

@@ -1,0 +1,246 @@
+"""Continuous batching for OpenVINO GenAI: one engine thread steps every live request together.
+
+OpenVINO GenAI's ``ContinuousBatchingPipeline`` (paged attention, the engine OpenVINO Model
+Server runs) decodes all admitted sequences in one model call per step and admits new ones
+between steps, so a request arriving mid-generation starts at the next step instead of waiting
+for the others to end. Its handle API (``add_request`` / ``step`` / ``GenerationHandle.read``)
+leaves the driving loop to us: this module owns that loop.
+
+Why one thread owns the pipeline: ``step`` is not meant to run concurrently with itself, and
+keeping ``add_request``, ``stop`` and ``read`` on the same thread means no pipeline call ever
+races another. Clients talk to the loop through queues only: a request is submitted with its own
+cancellation check and receives :class:`Piece` items (text, then one final piece with the finish
+reason and token count) on its own queue. ``step`` releases the GIL, so the HTTP event loop keeps
+serving while the model runs.
+
+Text is detokenized per request with GenAI's own ``TextStreamer`` (it holds back incomplete
+UTF-8 and merges pieces as the tokenizer needs), so a stream's text is exactly
+``tokenizer.decode`` of its tokens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+_IDLE_WAIT_S = 0.5  # how long the idle loop sleeps between checks for shutdown
+
+
+@dataclass(frozen=True)
+class Piece:
+    """What a request's queue receives: text, then a last piece with ``done`` set."""
+
+    text: str = ""
+    done: bool = False
+    finish: str | None = None  # "length", "stop" (end of sequence), "cancelled", "ignored"
+    generated: int = 0  # tokens generated in all, on the last piece
+    error: BaseException | None = None
+
+
+@dataclass
+class _Request:
+    prompt: str
+    config: Any
+    cancelled: Callable[[], bool]
+    abandoned: threading.Event = field(default_factory=threading.Event)
+    out: queue.Queue[Piece] = field(default_factory=queue.Queue)
+    submitted: float = field(default_factory=time.perf_counter)
+    handle: Any = None
+    streamer: Any = None
+    generated: int = 0
+    finish: str | None = None
+    first_token_at: float | None = None
+
+    def stopping(self) -> bool:
+        """Whether the caller wants this request to end now."""
+        return self.abandoned.is_set() or self.cancelled()
+
+
+@dataclass
+class EngineStats:
+    """Running figures for ``metrics()``; written by the engine thread only."""
+
+    steps: int = 0
+    batched_sequences: int = 0  # sum over steps of the sequences each step ran
+    last_batch: int = 0
+    max_batch: int = 0
+    requests: int = 0
+    ttft_sum: float = 0.0
+    ttft_count: int = 0
+    last_ttft: float = 0.0
+
+
+class ContinuousEngine:
+    """Drives a ``ContinuousBatchingPipeline`` for any number of concurrent callers."""
+
+    def __init__(self, pipe: Any, tokenizer: Any) -> None:
+        self._pipe = pipe
+        self._tokenizer = tokenizer
+        self._incoming: deque[_Request] = deque()
+        self._wake = threading.Condition()
+        self._live: dict[int, _Request] = {}
+        self._ids = itertools.count()
+        self._closed = False
+        self.stats = EngineStats()
+        self._thread = threading.Thread(target=self._loop, name="openvino-batch", daemon=True)
+        self._thread.start()
+
+    # callers ------------------------------------------------------------------------------
+    def submit(
+        self, prompt: str, config: Any, cancelled: Callable[[], bool]
+    ) -> Generator[Piece, None, None]:
+        """Start generating ``prompt``; yield its pieces until the last one (``done``).
+
+        Once ``cancelled()`` answers True (or the iterator is closed) this request stops at the
+        next step; every other request keeps running.
+        """
+        request = _Request(prompt, config, cancelled)
+        with self._wake:
+            if self._closed:
+                raise RuntimeError("the OpenVINO batching engine is shut down")
+            self._incoming.append(request)
+            self._wake.notify()
+        try:
+            while True:
+                piece = request.out.get()
+                yield piece
+                if piece.done:
+                    return
+        finally:
+            request.abandoned.set()  # a consumer that leaves early stops its sequence too
+            self._poke()
+
+    def waiting(self) -> int:
+        """Requests submitted but not yet handed to the pipeline."""
+        return len(self._incoming)
+
+    def running(self) -> int:
+        """Requests the pipeline holds (prefilling or decoding)."""
+        return len(self._live)
+
+    def close(self) -> None:
+        """Stop the loop; requests still live end as cancelled."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        self._thread.join(timeout=10)
+
+    def _poke(self) -> None:
+        with self._wake:
+            self._wake.notify()
+
+    # the engine thread --------------------------------------------------------------------
+    def _loop(self) -> None:
+        import openvino_genai
+
+        while True:
+            with self._wake:
+                while not self._incoming and not self._live and not self._closed:
+                    self._wake.wait(_IDLE_WAIT_S)
+                if self._closed:
+                    break
+                arrived = list(self._incoming)
+                self._incoming.clear()
+            for request in arrived:
+                self._admit(request, openvino_genai)
+            self._stop_cancelled()
+            if not self._live:
+                continue
+            try:
+                if self._pipe.has_non_finished_requests():
+                    self._pipe.step()
+                    self._count_step()
+                self._collect()
+            except Exception as exc:  # a failed step fails the requests in it, not the server
+                for request in self._live.values():
+                    request.out.put(Piece(done=True, error=exc))
+                    _quietly_stop(request.handle)
+                self._live.clear()
+        with self._wake:
+            leftover = [*self._live.values(), *self._incoming]
+            self._live.clear()
+            self._incoming.clear()
+        for request in leftover:
+            request.out.put(Piece(done=True, finish="cancelled", generated=request.generated))
+
+    def _admit(self, request: _Request, ov: Any) -> None:
+        if request.stopping():  # the client left before it started
+            request.out.put(Piece(done=True, finish="cancelled"))
+            return
+        ident = next(self._ids)
+
+        def on_text(text: str) -> Any:
+            request.out.put(Piece(text=text))
+            return ov.StreamingStatus.RUNNING
+
+        try:
+            request.streamer = ov.TextStreamer(self._tokenizer, on_text)
+            request.handle = self._pipe.add_request(ident, request.prompt, request.config)
+        except Exception as exc:
+            request.out.put(Piece(done=True, error=exc))
+            return
+        self._live[ident] = request
+        self.stats.requests += 1
+
+    def _stop_cancelled(self) -> None:
+        for request in self._live.values():
+            if request.finish is None and request.stopping():
+                request.finish = "cancelled"
+                request.handle.stop()  # frees its KV blocks at the next step; others go on
+
+    def _count_step(self) -> None:
+        stats = self.stats
+        batch = int(self._pipe.get_metrics().scheduled_requests)
+        stats.steps += 1
+        stats.batched_sequences += batch
+        stats.last_batch = batch
+        stats.max_batch = max(stats.max_batch, batch)
+
+    def _collect(self) -> None:
+        import openvino_genai
+
+        running = openvino_genai.GenerationStatus.RUNNING
+        for ident, request in list(self._live.items()):
+            handle = request.handle
+            while handle.can_read():
+                for output in handle.read().values():
+                    self._tokens(request, list(output.generated_ids), output.finish_reason)
+            status = handle.get_status()
+            if status == running:
+                continue
+            request.streamer.end()
+            finish = request.finish or _status_finish(status)
+            request.out.put(Piece(done=True, finish=finish, generated=request.generated))
+            del self._live[ident]
+
+    def _tokens(self, request: _Request, ids: list[int], reason: Any) -> None:
+        if ids:
+            if request.first_token_at is None:
+                request.first_token_at = time.perf_counter()
+                ttft = request.first_token_at - request.submitted
+                self.stats.ttft_sum += ttft
+                self.stats.ttft_count += 1
+                self.stats.last_ttft = ttft
+            request.generated += len(ids)
+            request.streamer.write(ids)
+        name = getattr(reason, "name", "NONE")
+        if request.finish is None and name in ("LENGTH", "STOP"):
+            request.finish = "length" if name == "LENGTH" else "stop"
+
+
+
+def _quietly_stop(handle: Any) -> None:
+    with contextlib.suppress(Exception):  # the pipeline already failed: best effort
+        handle.stop()
+
+
+def _status_finish(status: Any) -> str:
+    name = getattr(status, "name", str(status))
+    return {"FINISHED": "stop", "IGNORED": "ignored"}.get(name, "cancelled")
