@@ -97,7 +97,6 @@ class LoadOptions:
     gpu_layers: int | None = None  # llama.cpp offload; None: all layers when the build can
     # concurrent serving (issue 13), from the Decision's batching plan; 1: one at a time
     sequences: int = 1  # continuous: sequences decoding together; micro-batch: texts per batch
-    kv_cache_tokens: int | None = None  # continuous: paged KV cache (None: sequences x context)
     batch_window_ms: float = 5.0  # micro-batch: how long concurrent requests are gathered
 
 

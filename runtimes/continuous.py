@@ -235,7 +235,6 @@ class ContinuousEngine:
             request.finish = "length" if name == "LENGTH" else "stop"
 
 
-
 def _quietly_stop(handle: Any) -> None:
     with contextlib.suppress(Exception):  # the pipeline already failed: best effort
         handle.stop()

@@ -92,7 +92,7 @@ class OpenVinoAdapter(RuntimeAdapter):
         from snapbuild.batching import kv_blocks
 
         options = self.options
-        tokens = options.kv_cache_tokens or options.sequences * options.context_size
+        tokens = options.sequences * options.context_size
         scheduler = ov.SchedulerConfig()
         scheduler.max_num_seqs = options.sequences
         scheduler.num_kv_blocks = kv_blocks(options.runtime, tokens)

@@ -9,8 +9,8 @@ Guarantees and where they live:
   (exception handlers below);
 - bodies over ``max_body_bytes`` are refused with 413 by :class:`BodyLimit`, which counts the
   bytes actually received, so a lying or missing Content-Length does not get past it;
-- one generation at a time per engine, first come first served, a disconnect cancels its
-  generation (:mod:`runtimes.scheduler`);
+- one generation at a time per engine (as many as a batching adapter's ``concurrency``), first
+  come first served, a disconnect cancels its generation (:mod:`runtimes.scheduler`);
 - ``/health`` answers 200 only once the model is loaded and a warm-up request succeeded.
 """
 
@@ -52,6 +52,7 @@ from runtimes.scheduler import EngineQueue
 from snapbuild.errors import SnapbuildError, UsageError
 
 if TYPE_CHECKING:
+    from snapbuild.decision import Batching
     from snapbuild.manifest import Manifest
 
 log = logging.getLogger("snapbuild.server")
@@ -210,7 +211,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state.queue = EngineQueue()
+        state.queue = EngineQueue(slots=adapter.concurrency)
         task = asyncio.create_task(_load_and_warm(state, on_load_error))
         yield
         task.cancel()
@@ -715,6 +716,7 @@ def run(
     artifact_path: Path,
     log_level: str = "info",
     on_listening: Callable[[str, int], None] | None = None,
+    batching: Batching | None = None,
 ) -> None:
     """Serve ``manifest``'s ``engine_name`` until interrupted (``snapbuild serve``, snap daemon).
 
@@ -724,6 +726,7 @@ def run(
     import uvicorn
 
     from runtimes.catalog import load_catalog
+    from snapbuild.batching import load_options
 
     engine = manifest.engine(engine_name)
     if engine is None:
@@ -745,6 +748,7 @@ def run(
             device=device,
             context_size=context,
             threads=threads,
+            **load_options(batching),
         )
     )
     failure: list[BaseException] = []

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from functools import cache
 from importlib import resources
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, model_validator
@@ -122,6 +122,19 @@ def _sequences(rule: BatchingRule, memory: MemoryEstimate | None, context: int) 
         f"cache): {gib(spare)} free after the one-sequence fit holds {extra} more "
         f"{gib(each)} KV caches{capped}"
     )
+
+
+def load_options(batching: Batching | None) -> dict[str, Any]:
+    """The :class:`runtimes.base.LoadOptions` fields that carry ``batching`` to the adapter
+    (none without a plan: the adapter serves one request at a time). The KV cache is not
+    passed: the adapter sizes it for ``sequences`` at the context it actually serves, which is
+    the plan's ``kv-cache-tokens`` unless ``--context-size`` overrides the selector."""
+    if batching is None or batching.mode == "one-at-a-time":
+        return {}
+    options: dict[str, Any] = {"sequences": batching.sequences}
+    if batching.window_ms is not None:
+        options["batch_window_ms"] = batching.window_ms
+    return options
 
 
 def kv_blocks(runtime: str, kv_cache_tokens: int) -> int:

@@ -189,6 +189,7 @@ def _run(ctx: Context) -> None:
         context_size=settings.context_size,
         threads=threads,
         artifact_path=model_path,
+        batching=decision.selected.batching,
         on_listening=lambda host, port: note(
             ctx, "serving", f"serving {engine} on http://{host}:{port}/v1"
         ),

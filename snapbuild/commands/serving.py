@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,6 +12,9 @@ from hwprobe.profile import HostProfile
 from snapbuild.errors import NoEngineError, UsageError
 from snapbuild.manifest import Manifest
 from snapbuild.threads import default_threads as _threads
+
+if TYPE_CHECKING:
+    from snapbuild.decision import Batching
 
 
 def _port(value: str) -> int | str:
@@ -26,8 +30,9 @@ def _port(value: str) -> int | str:
 
 def _choose_engine(
     manifest: Manifest, host: HostProfile, engine: str | None
-) -> tuple[str, int | None]:
-    """The engine to serve and the context size the selector chose for it (None: default)."""
+) -> tuple[str, int | None, Batching | None]:
+    """The engine to serve, the context size the selector chose for it (None: default) and its
+    plan for concurrent requests (None: one at a time)."""
     try:
         from snapbuild.selector import select
     except ImportError:
@@ -36,7 +41,7 @@ def _choose_engine(
                 "the selector is not available in this installation",
                 resolution="name the engine with --engine",
             ) from None
-        return engine, None
+        return engine, None, None
     if engine is not None and manifest.engine(engine) is None:
         raise UsageError(
             f"the manifest {manifest.name!r} has no engine {engine!r}",
@@ -52,7 +57,8 @@ def _choose_engine(
             details="\n".join(blockers),
             resolution=f"see `snapbuild why-not {manifest.name}`, or force one with --engine",
         )
-    return decision.selected.engine, decision.selected.context_size
+    selected = decision.selected
+    return selected.engine, selected.context_size, selected.batching
 
 
 @click.command("serve")
@@ -84,7 +90,7 @@ def serve_cmd(
     manifest = load_manifest(model)
     port = _port(port_text) if port_text else manifest.default_port
     profile = hwprobe.probe()
-    engine_name, selected_context = _choose_engine(manifest, profile, engine)
+    engine_name, selected_context, batching = _choose_engine(manifest, profile, engine)
     chosen = manifest.engine(engine_name)
     assert chosen is not None
     artifact = manifest.artifact(chosen.artifact)
@@ -111,6 +117,7 @@ def serve_cmd(
         threads=threads or _threads(profile),
         artifact_path=path,
         on_listening=listening,
+        batching=batching,
     )
 
 
@@ -131,7 +138,7 @@ def fetch_cmd(model: str, engine: str | None, record: bool, as_json: bool) -> No
 
     manifest = load_manifest(model)
     if engine is None and len({e.artifact for e in manifest.engines}) > 1:
-        engine, _ = _choose_engine(manifest, _probe(), None)
+        engine, _, _ = _choose_engine(manifest, _probe(), None)
     artifact = engine_artifact(manifest, engine)
     progress = None if as_json else tqdm_progress
     command = f"snapbuild fetch {shlex.quote(model)}" + (
