@@ -6,6 +6,11 @@ this onnxruntime build, or fails to initialise, the adapter falls back to CPU an
 fallback is recorded in :meth:`describe` (hence /health) and logged, never silent, because a
 model that quietly runs ten times slower on the CPU is a bug report waiting to happen.
 
+Concurrent requests: with more than one text per batch planned (``LoadOptions.sequences``, from
+the Decision), embedding calls go through a :class:`runtimes.microbatch.MicroBatcher`: calls
+arriving within ``batch_window_ms`` of each other run as one padded batch (the attention mask
+marks each row's real tokens, so padding changes no vector), and each caller gets its own rows.
+
 Tokenization: a ``tokenizer.json`` beside the model (Hugging Face ``tokenizers``, when installed)
 or the model's own metadata ``snapbuild.tokenizer: bytes`` (UTF-8 bytes are the token ids, used
 by the tiny test model).
@@ -21,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from runtimes.base import Embeddings, LoadOptions, RuntimeAdapter, RuntimeFailure
+from runtimes.microbatch import MicroBatcher
 
 log = logging.getLogger("snapbuild.runtimes.onnx")
 
@@ -44,6 +50,11 @@ class OnnxAdapter(RuntimeAdapter):
         self.provider: str | None = None
         self.max_length = options.context_size
         self._hf_tokenizer: Any = None
+        self.batcher: MicroBatcher[list[int], np.ndarray] | None = None
+
+    @property
+    def concurrency(self) -> int:
+        return self.options.sequences if self.options.sequences > 1 else 1
 
     def _model_file(self) -> Path:
         path = self.options.artifact
@@ -88,6 +99,17 @@ class OnnxAdapter(RuntimeAdapter):
         meta = self.session.get_modelmeta().custom_metadata_map
         self.max_length = min(int(meta.get("snapbuild.max-length", 1 << 30)), self.max_length)
         self._load_tokenizer(model, meta)
+        if self.options.sequences > 1:
+            self.batcher = MicroBatcher(
+                self._run,
+                max_items=self.options.sequences,
+                window=self.options.batch_window_ms / 1000,
+                name="onnx-microbatch",
+            )
+
+    def close(self) -> None:
+        if self.batcher is not None:
+            self.batcher.close()
 
     def _note(self, message: str) -> None:
         log.warning("onnxruntime: %s", message)
@@ -123,6 +145,15 @@ class OnnxAdapter(RuntimeAdapter):
 
     def embed(self, texts: Sequence[str]) -> Embeddings:
         batch = [self._ids(t)[: self.max_length] or [0] for t in texts]
+        rows = self.batcher.submit(batch) if self.batcher is not None else self._run(batch)
+        return Embeddings(
+            vectors=[[float(x) for x in row] for row in rows],
+            prompt_tokens=sum(len(ids) for ids in batch),
+        )
+
+    def _run(self, batch: list[list[int]]) -> list[np.ndarray]:
+        """One session run over ``batch`` (token ids per text), padded to the longest text;
+        the attention mask keeps padding out of every row's vector."""
         width = max(len(ids) for ids in batch)
         input_ids = np.zeros((len(batch), width), dtype=np.int64)
         mask = np.zeros((len(batch), width), dtype=np.int64)
@@ -142,13 +173,23 @@ class OnnxAdapter(RuntimeAdapter):
             summed = (result * mask[:, :, None]).sum(axis=1)
             result = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1)
             result = result / np.maximum(np.linalg.norm(result, axis=1, keepdims=True), 1e-12)
-        return Embeddings(
-            vectors=[[float(x) for x in row] for row in result],
-            prompt_tokens=int(mask.sum()),
-        )
+        return list(result)
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()
         info["execution-provider"] = self.provider
         info["requested-providers"] = list(PROVIDERS.get(self.options.runtime, ()))
+        info["batching"] = (
+            {
+                "mode": "micro-batch",
+                "sequences": self.options.sequences,
+                "window-ms": self.options.batch_window_ms,
+            }
+            if self.options.sequences > 1
+            else {"mode": "one-at-a-time", "sequences": 1}
+        )
         return info
+
+    def metrics(self) -> dict[str, float]:
+        """Micro-batching figures (none when requests run one at a time)."""
+        return self.batcher.metrics() if self.batcher is not None else {}
