@@ -13,9 +13,10 @@ cancellation check and receives :class:`Piece` items (text, then one final piece
 reason and token count) on its own queue. ``step`` releases the GIL, so the HTTP event loop keeps
 serving while the model runs.
 
-Text is detokenized per request with GenAI's own ``TextStreamer`` (it holds back incomplete
-UTF-8 and merges pieces as the tokenizer needs), so a stream's text is exactly
-``tokenizer.decode`` of its tokens.
+Text is detokenized per request by :class:`IncrementalDecoder`, which holds back incomplete
+UTF-8 so that a stream's text is ``tokenizer.decode`` of its tokens. (GenAI's ``TextStreamer``
+with a Python callback cannot be used: a token that ends inside a multi-byte character reaches
+the callback as invalid UTF-8, and the conversion to ``str`` raises.)
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class _Request:
     out: queue.Queue[Piece] = field(default_factory=queue.Queue)
     submitted: float = field(default_factory=time.perf_counter)
     handle: Any = None
-    streamer: Any = None
+    decoder: IncrementalDecoder | None = None
     generated: int = 0
     finish: str | None = None
     first_token_at: float | None = None
@@ -61,6 +62,44 @@ class _Request:
     def stopping(self) -> bool:
         """Whether the caller wants this request to end now."""
         return self.abandoned.is_set() or self.cancelled()
+
+
+class IncrementalDecoder:
+    """Text of a growing token sequence, piece by piece, without decoding it all each time.
+
+    Decodes from ``prefix`` (where the last emitted text began) and emits what lies past the
+    text already seen, unless it ends in U+FFFD: a token that stops inside a multi-byte
+    character decodes to the replacement character until the next token completes it. Slices
+    start at a token boundary after complete characters, so the pieces add up to
+    ``tokenizer.decode(all tokens)``.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self._ids: list[int] = []
+        self._prefix = 0  # start of the slice that is decoded
+        self._read = 0  # end of the part of the slice already emitted
+
+    def _decode(self, ids: list[int]) -> str:
+        text: str = self._tokenizer.decode(ids)
+        return text
+
+    def feed(self, ids: list[int]) -> str:
+        """New text once ``ids`` are appended ('' while a character is incomplete)."""
+        self._ids.extend(ids)
+        seen = self._decode(self._ids[self._prefix : self._read])
+        text = self._decode(self._ids[self._prefix :])
+        if len(text) <= len(seen) or text.endswith("\ufffd"):
+            return ""
+        self._prefix, self._read = self._read, len(self._ids)
+        return text[len(seen) :]
+
+    def flush(self) -> str:
+        """Whatever is still held back (the stream ended inside a character)."""
+        seen = self._decode(self._ids[self._prefix : self._read])
+        text = self._decode(self._ids[self._prefix :])
+        self._prefix = self._read = len(self._ids)
+        return text[len(seen) :]
 
 
 @dataclass
@@ -138,7 +177,6 @@ class ContinuousEngine:
 
     # the engine thread --------------------------------------------------------------------
     def _loop(self) -> None:
-        import openvino_genai
 
         while True:
             with self._wake:
@@ -149,7 +187,7 @@ class ContinuousEngine:
                 arrived = list(self._incoming)
                 self._incoming.clear()
             for request in arrived:
-                self._admit(request, openvino_genai)
+                self._admit(request)
             self._stop_cancelled()
             if not self._live:
                 continue
@@ -170,18 +208,13 @@ class ContinuousEngine:
         for request in leftover:
             request.out.put(Piece(done=True, finish="cancelled", generated=request.generated))
 
-    def _admit(self, request: _Request, ov: Any) -> None:
+    def _admit(self, request: _Request) -> None:
         if request.stopping():  # the client left before it started
             request.out.put(Piece(done=True, finish="cancelled"))
             return
         ident = next(self._ids)
-
-        def on_text(text: str) -> Any:
-            request.out.put(Piece(text=text))
-            return ov.StreamingStatus.RUNNING
-
         try:
-            request.streamer = ov.TextStreamer(self._tokenizer, on_text)
+            request.decoder = IncrementalDecoder(self._tokenizer)
             request.handle = self._pipe.add_request(ident, request.prompt, request.config)
         except Exception as exc:
             request.out.put(Piece(done=True, error=exc))
@@ -215,7 +248,9 @@ class ContinuousEngine:
             status = handle.get_status()
             if status == running:
                 continue
-            request.streamer.end()
+            assert request.decoder is not None
+            if tail := request.decoder.flush():
+                request.out.put(Piece(text=tail))
             finish = request.finish or _status_finish(status)
             request.out.put(Piece(done=True, finish=finish, generated=request.generated))
             del self._live[ident]
@@ -229,7 +264,9 @@ class ContinuousEngine:
                 self.stats.ttft_count += 1
                 self.stats.last_ttft = ttft
             request.generated += len(ids)
-            request.streamer.write(ids)
+            assert request.decoder is not None
+            if text := request.decoder.feed(ids):
+                request.out.put(Piece(text=text))
         name = getattr(reason, "name", "NONE")
         if request.finish is None and name in ("LENGTH", "STOP"):
             request.finish = "length" if name == "LENGTH" else "stop"

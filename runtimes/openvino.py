@@ -66,6 +66,8 @@ class OpenVinoAdapter(RuntimeAdapter):
             config["MAX_PROMPT_LEN"] = self.options.context_size
         if self.options.threads and self.device == "CPU":
             config["INFERENCE_NUM_THREADS"] = self.options.threads
+        if self.options.inference_precision:
+            config["INFERENCE_PRECISION_HINT"] = self.options.inference_precision
         path = str(self.options.artifact)
         try:
             if self.batched:
