@@ -39,6 +39,27 @@ PROVIDERS: dict[str, tuple[str, ...]] = {
 OUTPUT_NAMES = ("sentence_embedding", "embeddings", "pooler_output", "last_hidden_state")
 
 
+PADDING_LIMIT = 1.25  # a group's padded tokens stay under this many times its real tokens
+
+
+def length_groups(lengths: Sequence[int]) -> list[list[int]]:
+    """Split ascending ``lengths`` into runs of positions whose padding to the run's longest
+    stays within :data:`PADDING_LIMIT` of their real tokens: the fewest session runs that do
+    not spend more than a quarter of their work on padding."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    real = 0
+    for position, length in enumerate(lengths):
+        if current and length * (len(current) + 1) > PADDING_LIMIT * (real + length):
+            groups.append(current)
+            current, real = [], 0
+        current.append(position)
+        real += length
+    if current:
+        groups.append(current)
+    return groups
+
+
 class OnnxAdapter(RuntimeAdapter):
     """An ONNX embedding model in an onnxruntime InferenceSession."""
 
@@ -152,8 +173,22 @@ class OnnxAdapter(RuntimeAdapter):
         )
 
     def _run(self, batch: list[list[int]]) -> list[np.ndarray]:
-        """One session run over ``batch`` (token ids per text), padded to the longest text;
-        the attention mask keeps padding out of every row's vector."""
+        """Vectors for ``batch`` (token ids per text), in its order. Texts are sorted by length
+        and run in groups of similar length (:func:`length_groups`), so a short text is not
+        padded to the longest one of a large batch; each group is one session run."""
+        order = sorted(range(len(batch)), key=lambda i: len(batch[i]))
+        rows: list[np.ndarray] = [np.empty(0)] * len(batch)
+        for group in length_groups([len(batch[i]) for i in order]):
+            picked = [order[i] for i in group]
+            for index, row in zip(
+                picked, self._run_padded([batch[i] for i in picked]), strict=True
+            ):
+                rows[index] = row
+        return rows
+
+    def _run_padded(self, batch: list[list[int]]) -> list[np.ndarray]:
+        """One session run, padded to the longest text; the attention mask keeps padding out of
+        every row's vector."""
         width = max(len(ids) for ids in batch)
         input_ids = np.zeros((len(batch), width), dtype=np.int64)
         mask = np.zeros((len(batch), width), dtype=np.int64)

@@ -68,6 +68,11 @@ class OpenVinoAdapter(RuntimeAdapter):
             config["INFERENCE_NUM_THREADS"] = self.options.threads
         if self.options.inference_precision:
             config["INFERENCE_PRECISION_HINT"] = self.options.inference_precision
+        elif self.options.threads == 1 and self.device == "CPU":
+            # OpenVINO 2026.4's bf16 CPU kernels (the default on AMX / AVX512-BF16 CPUs) die
+            # with SIGFPE on a single inference thread; f32 runs everywhere
+            config["INFERENCE_PRECISION_HINT"] = "f32"
+            self.notes.append("one CPU thread: computing in f32 (bf16 crashes OpenVINO 2026.4)")
         path = str(self.options.artifact)
         try:
             if self.batched:
@@ -135,7 +140,8 @@ class OpenVinoAdapter(RuntimeAdapter):
         if config.do_sample:
             config.temperature = temperature
             config.top_p = 1.0 if params.top_p is None else params.top_p
-            config.top_k = params.top_k or 0
+            if params.top_k:  # 0 would mean "keep no token": leave the default (all tokens)
+                config.top_k = params.top_k
             if params.seed is not None:
                 config.rng_seed = params.seed
         config.ignore_eos = params.ignore_eos
