@@ -65,41 +65,44 @@ class _Request:
 
 
 class IncrementalDecoder:
-    """Text of a growing token sequence, piece by piece, without decoding it all each time.
+    """Text of a growing token sequence, piece by piece, adding up to exactly
+    ``tokenizer.decode(all tokens)`` however the tokens arrive.
 
-    Decodes from ``prefix`` (where the last emitted text began) and emits what lies past the
-    text already seen, unless it ends in U+FFFD: a token that stops inside a multi-byte
-    character decodes to the replacement character until the next token completes it. Slices
-    start at a token boundary after complete characters, so the pieces add up to
-    ``tokenizer.decode(all tokens)``.
+    Each feed decodes the tokens since the last *ASCII boundary* (emitted text ending in an
+    ASCII character: no later byte can change how UTF-8 before it decodes, so decoding can
+    restart there) and emits what lies past the text already sent. Text ending in U+FFFD is
+    held back: the token may stop inside a multi-byte character the next one completes. The
+    window stays short in practice (spaces and punctuation are ASCII).
     """
 
     def __init__(self, tokenizer: Any) -> None:
         self._tokenizer = tokenizer
         self._ids: list[int] = []
-        self._prefix = 0  # start of the slice that is decoded
-        self._read = 0  # end of the part of the slice already emitted
+        self._start = 0  # first token of the window (just after an ASCII boundary)
+        self._sent = 0  # characters of the window's text already emitted
 
-    def _decode(self, ids: list[int]) -> str:
-        text: str = self._tokenizer.decode(ids)
+    def _window(self) -> str:
+        text: str = self._tokenizer.decode(self._ids[self._start :])
         return text
 
     def feed(self, ids: list[int]) -> str:
-        """New text once ``ids`` are appended ('' while a character is incomplete)."""
+        """New text once ``ids`` are appended ('' while a character may be incomplete)."""
         self._ids.extend(ids)
-        seen = self._decode(self._ids[self._prefix : self._read])
-        text = self._decode(self._ids[self._prefix :])
-        if len(text) <= len(seen) or text.endswith("\ufffd"):
+        text = self._window()
+        if text.endswith("\ufffd"):
             return ""
-        self._prefix, self._read = self._read, len(self._ids)
-        return text[len(seen) :]
+        return self._emit(text)
 
     def flush(self) -> str:
         """Whatever is still held back (the stream ended inside a character)."""
-        seen = self._decode(self._ids[self._prefix : self._read])
-        text = self._decode(self._ids[self._prefix :])
-        self._prefix = self._read = len(self._ids)
-        return text[len(seen) :]
+        return self._emit(self._window())
+
+    def _emit(self, text: str) -> str:
+        new = text[self._sent :]
+        self._sent = len(text)
+        if text and text[-1] < "\x80":
+            self._start, self._sent = len(self._ids), 0
+        return new
 
 
 @dataclass
@@ -138,7 +141,8 @@ class ContinuousEngine:
         """Start generating ``prompt``; yield its pieces until the last one (``done``).
 
         Once ``cancelled()`` answers True (or the iterator is closed) this request stops at the
-        next step; every other request keeps running.
+        next step; every other request keeps running. Text that piled up while the caller was
+        busy comes as one piece: a stream never falls behind the engine one token at a time.
         """
         request = _Request(prompt, config, cancelled)
         with self._wake:
@@ -148,7 +152,7 @@ class ContinuousEngine:
             self._wake.notify()
         try:
             while True:
-                piece = request.out.get()
+                piece = _merged(request.out)
                 yield piece
                 if piece.done:
                     return
@@ -270,6 +274,29 @@ class ContinuousEngine:
         name = getattr(reason, "name", "NONE")
         if request.finish is None and name in ("LENGTH", "STOP"):
             request.finish = "length" if name == "LENGTH" else "stop"
+
+
+def _merged(out: queue.Queue[Piece]) -> Piece:
+    """The next piece, with the text of any pieces already waiting behind it joined in (up to
+    and including a last piece, which keeps its finish reason and count)."""
+    piece = out.get()
+    texts = [piece.text]
+    while not piece.done:
+        try:
+            following = out.get_nowait()
+        except queue.Empty:
+            break
+        texts.append(following.text)
+        piece = following
+    if len(texts) == 1:
+        return piece
+    return Piece(
+        text="".join(texts),
+        done=piece.done,
+        finish=piece.finish,
+        generated=piece.generated,
+        error=piece.error,
+    )
 
 
 def _quietly_stop(handle: Any) -> None:

@@ -17,9 +17,10 @@ is an OpenVINO IR directory or a GGUF file (GenAI reads GGUF with supported layo
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from runtimes.base import (
@@ -33,7 +34,7 @@ from runtimes.base import (
     StopMatcher,
     finish_usage,
 )
-from runtimes.continuous import ContinuousEngine
+from runtimes.continuous import ContinuousEngine, IncrementalDecoder
 
 DEVICES = {"cpu": "CPU", "gpu": "GPU", "npu": "NPU"}
 _END = object()
@@ -174,14 +175,13 @@ class OpenVinoAdapter(RuntimeAdapter):
         last = None
         try:
             for piece in pieces:
+                if piece.text and not stopped:  # a last piece may carry text too
+                    text, stopped = matcher.feed(piece.text)
+                    if text:
+                        yield Delta(text)
                 if piece.done:
                     last = piece
                     break
-                if stopped:
-                    continue
-                text, stopped = matcher.feed(piece.text)
-                if text:
-                    yield Delta(text)
         finally:
             pieces.close()
         assert last is not None
@@ -206,18 +206,12 @@ class OpenVinoAdapter(RuntimeAdapter):
     def _complete_one(
         self, prompt: str, params: SamplingParams, cancel: threading.Event
     ) -> Iterator[Delta]:
-        import openvino_genai
-
         prompt_tokens = self.count_tokens(prompt)
         config = self._config(params, prompt_tokens)
         pieces: queue.Queue[Any] = queue.Queue()
         halt = threading.Event()  # set by us (stop string, consumer gone) or by the server
 
-        def streamer(text: str) -> Any:
-            pieces.put(text)
-            if cancel.is_set() or halt.is_set():
-                return openvino_genai.StreamingStatus.STOP
-            return openvino_genai.StreamingStatus.RUNNING
+        streamer = _token_streamer(self.tokenizer, pieces, lambda: cancel.is_set() or halt.is_set())
 
         outcome: dict[str, Any] = {}
 
@@ -292,3 +286,41 @@ class OpenVinoAdapter(RuntimeAdapter):
             ),
             "kv_cache_usage_percent": usage,
         }
+
+
+@functools.cache
+def _token_streamer_class() -> type[Any]:
+    """``openvino_genai.StreamerBase`` is only importable with the runtime installed, so the
+    subclass is made on first use."""
+    import openvino_genai
+
+    class TokenStreamer(openvino_genai.StreamerBase):  # type: ignore[misc]
+        """Tokens in, text out through :class:`IncrementalDecoder`, the detokenizer of the
+        batched path too, so both give ``tokenizer.decode`` of the tokens. (A text callback
+        gets GenAI's own streaming text, which replaces invalid UTF-8 differently.)"""
+
+        def __init__(
+            self, tokenizer: Any, pieces: queue.Queue[Any], stop: Callable[[], bool]
+        ) -> None:
+            super().__init__()
+            self.decoder = IncrementalDecoder(tokenizer)
+            self.pieces = pieces
+            self.stop = stop
+
+        def write(self, token: int | list[int]) -> Any:
+            if text := self.decoder.feed([token] if isinstance(token, int) else list(token)):
+                self.pieces.put(text)
+            if self.stop():
+                return openvino_genai.StreamingStatus.STOP
+            return openvino_genai.StreamingStatus.RUNNING
+
+        def end(self) -> None:
+            if text := self.decoder.flush():
+                self.pieces.put(text)
+
+    return TokenStreamer
+
+
+def _token_streamer(tokenizer: Any, pieces: queue.Queue[Any], stop: Callable[[], bool]) -> Any:
+    """A token streamer for ``LLMPipeline.generate`` that puts text on ``pieces``."""
+    return _token_streamer_class()(tokenizer, pieces, stop)

@@ -77,6 +77,14 @@ def _text(deltas: list[Delta]) -> str:
     return "".join(d.text for d in deltas)
 
 
+def _decoded(single: OpenVinoAdapter, prompt: str, params: SamplingParams) -> str:
+    """The one-at-a-time pipeline's answer, from its tokens (not through any streamer)."""
+    config = single._config(params, single.count_tokens(prompt))
+    tokens = single.pipe.generate(single.tokenizer.encode(prompt), config).tokens[0]
+    text: str = single.tokenizer.decode(list(tokens))
+    return text
+
+
 def _together(
     adapter: OpenVinoAdapter, prompts: list[str], params: SamplingParams
 ) -> list[list[Delta]]:
@@ -97,10 +105,12 @@ def test_concurrent_answers_equal_one_at_a_time_answers(
     params = SamplingParams(max_tokens=200, temperature=0, ignore_eos=True)
     alone = [list(single.complete(p, params, threading.Event())) for p in PROMPTS]
     together = _together(batched, PROMPTS, params)
-    for solo, batch in zip(alone, together, strict=True):
-        assert _text(batch) == _text(solo)
+    for prompt, solo, batch in zip(PROMPTS, alone, together, strict=True):
+        assert _text(batch) == _text(solo) == _decoded(single, prompt, params)
         assert batch[-1] == solo[-1]  # finish reason "length" and exact usage
         assert batch[-1].usage is not None and batch[-1].usage.completion_tokens == 200
+    sequential = [list(batched.complete(p, params, threading.Event())) for p in PROMPTS]
+    assert [_text(d) for d in sequential] == [_text(d) for d in together]
     figures = batched.metrics()
     assert figures["batch_size_max"] == 4  # all four really decoded in one step
     assert figures["batch_running"] == 0 and figures["batch_queue_depth"] == 0
