@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -101,9 +102,12 @@ def start(
 
 
 def stream(
-    client: openai.OpenAI, prompt: str, tokens: int, began: float
-) -> tuple[float, float, int]:
-    """(time to first token since ``began``, end time, tokens) of one streamed completion."""
+    client: openai.OpenAI, prompt: str, tokens: int, start: threading.Barrier
+) -> tuple[float, float, float, int]:
+    """(start, first token, end times, tokens) of one streamed completion; every client of a
+    round is released by ``start`` at the same moment."""
+    start.wait()
+    began = time.perf_counter()
     chunks = client.completions.create(
         model="bench",
         prompt=prompt,
@@ -118,7 +122,7 @@ def stream(
             first = time.perf_counter()
         if chunk.usage is not None:
             produced = chunk.usage.completion_tokens
-    return first - began, time.perf_counter(), produced
+    return began, first, time.perf_counter(), produced
 
 
 def streams(base: str, count: int, tokens: int, round_no: int) -> tuple[float, list[float]]:
@@ -128,12 +132,14 @@ def streams(base: str, count: int, tokens: int, round_no: int) -> tuple[float, l
         openai.OpenAI(base_url=f"{base}/v1", api_key="-", max_retries=0, timeout=300)
         for _ in prompts
     ]  # made before the clock starts: a client takes tens of ms to build
+    start = threading.Barrier(count)
     with concurrent.futures.ThreadPoolExecutor(count) as pool:
-        began = time.perf_counter()
-        results = list(pool.map(lambda c, p: stream(c, p, tokens, began), clients, prompts))
-    produced = sum(r[2] for r in results)
+        results = list(pool.map(lambda c, p: stream(c, p, tokens, start), clients, prompts))
+    produced = sum(r[3] for r in results)
     assert produced == count * tokens, f"expected {count * tokens} tokens, got {produced}"
-    return produced / (max(r[1] for r in results) - began), sorted(r[0] for r in results)
+    began = min(r[0] for r in results)
+    elapsed = max(r[2] for r in results) - began
+    return produced / elapsed, sorted(r[1] - r[0] for r in results)
 
 
 def openvino_part(rounds: int, tokens: int, threads: int, workdir: Path) -> bool:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import queue
+import sys
 import threading
 import time
 from collections import deque
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _IDLE_WAIT_S = 0.5  # how long the idle loop sleeps between checks for shutdown
+SWITCH_INTERVAL_S = 0.001  # the GIL switch interval while an engine runs (see __init__)
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,10 @@ class ContinuousEngine:
         self._ids = itertools.count()
         self._closed = False
         self.stats = EngineStats()
+        # Between two model steps (each a fraction of a millisecond on small models) the loop
+        # needs the GIL briefly; with Python's default 5 ms switch interval it would wait that
+        # long behind the HTTP thread at every step. A shorter interval lets it in promptly.
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         self._thread = threading.Thread(target=self._loop, name="openvino-batch", daemon=True)
         self._thread.start()
 

@@ -13,6 +13,7 @@ only thread that calls ``run``, so the runtime session is never used concurrentl
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import deque
@@ -24,6 +25,7 @@ from typing import Generic, TypeVar
 In = TypeVar("In")
 Out = TypeVar("Out")
 _IDLE_WAIT_S = 0.5
+SWITCH_INTERVAL_S = 0.001  # the GIL switch interval while a batcher runs (see __init__)
 
 
 @dataclass
@@ -64,6 +66,9 @@ class MicroBatcher(Generic[In, Out]):
         self._wake = threading.Condition()
         self._closed = False
         self.stats = BatchStats()
+        # callers, the worker and the HTTP thread hand work to each other many times a batch;
+        # the default 5 ms GIL switch interval would add up to that at every hand-over
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 

@@ -105,6 +105,10 @@ class OnnxAdapter(RuntimeAdapter):
         options = ort.SessionOptions()
         if self.options.threads:
             options.intra_op_num_threads = self.options.threads
+        # Idle intra-op workers spin by default, burning the cores the HTTP side needs between
+        # runs; in a server, sleeping workers serve about twice the requests (benchmarks/
+        # batching.py measured this, one by one and micro-batched alike).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self.session = ort.InferenceSession(str(model), options, providers=providers)
         except Exception as exc:  # onnxruntime raises its own untyped errors
