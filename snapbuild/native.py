@@ -54,36 +54,36 @@ def native_cache() -> Path:
 
 
 def recipe_for(catalog: RuntimeCatalog, runtime_id: str) -> tuple[str, NativeBuild, str]:
-    """(component, native recipe, pinned binding requirement) of a llama.cpp runtime."""
+    """(component, native recipe, source archive requirement) of a runtime with a cmake part."""
     entry = catalog.get(runtime_id)
     if entry is None or entry.build is None or entry.build.native is None:
         raise UsageError(
             f"runtime {runtime_id!r} has no native build recipe in the runtime catalog",
             resolution=f"choose one of: {', '.join(_native_ids(catalog))}",
         )
-    pins = [p for p in _binding_pins(entry.build) if p.startswith("llama-cpp-python==")]
-    if not pins:
+    if not entry.build.native.vendored_by:
         raise UsageError(
-            f"runtime {runtime_id!r}: the catalog pins no llama-cpp-python release, so the "
-            "llama.cpp source at the recipe's commit cannot be found",
-            resolution="pin llama-cpp-python==VERSION in the runtime's python recipe",
+            f"runtime {runtime_id!r}: its native recipe names no `vendored-by` source archive, "
+            "so the source at the recipe's commit cannot be fetched without git",
+            resolution="add `vendored-by: PACKAGE==VERSION` (a PyPI sdist vendoring that commit)",
         )
-    return entry.component, entry.build.native, pins[0]
+    return entry.component, entry.build.native, entry.build.native.vendored_by
 
 
 def _native_ids(catalog: RuntimeCatalog) -> list[str]:
     return [r.id for r in catalog.runtimes if r.build is not None and r.build.native is not None]
 
 
-def _binding_pins(build: object) -> tuple[str, ...]:
-    python = getattr(build, "python", None)
-    return tuple(python.python_packages) if python is not None else ()
+def built_from(recipe: NativeBuild) -> dict[str, object]:
+    """The part of a recipe that decides what cmake builds (package lists do not: the machine
+    provides them here, snapcraft stages them in a real build)."""
+    return recipe.model_dump(mode="json", include={"source", "source_commit", "cmake_parameters"})
 
 
 def build_key(recipe: NativeBuild, source: NativeSource) -> str:
-    """What a cached tree depends on: the recipe, the source archive, the machine."""
+    """What a cached tree depends on: the recipe's build inputs, the source archive, the machine."""
     facts = {
-        "recipe": recipe.model_dump(mode="json"),
+        "recipe": built_from(recipe),
         "source": source.digest,
         "generator": GENERATOR,
         "machine": platform.machine(),
@@ -156,7 +156,7 @@ def build_component(
         _run(step, what=f"build {component} ({' '.join(step[:3])}...)", cwd=build, env=env, log=log)
     stamp = {
         "runtime": runtime_id,
-        "recipe": recipe.model_dump(mode="json"),
+        "recipe": built_from(recipe),
         "source": source.digest,
     }
     (install / STAMP).write_text(json.dumps(stamp, indent=2) + "\n", encoding="utf-8")
