@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,6 +134,7 @@ def build_component(
     cache: Path | None = None,
     jobs: int | None = None,
     log: Path | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Path:
     """The component tree of ``runtime_id`` built per its recipe; cached, built at most once."""
     cache = cache or native_cache()
@@ -142,6 +144,8 @@ def build_component(
     if (root / STAMP).is_file():
         return root
     work = cache / "work" / root.name
+    if progress:
+        progress(f"building {component} as its recipe says into {root} (log: {work}/build.log)")
     shutil.rmtree(work, ignore_errors=True)
     build, install = work / "build", work / "install"
     build.mkdir(parents=True)
@@ -207,6 +211,10 @@ def _run(
         )
 
 
+def _note(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m snapbuild.native [RUNTIME]``: build (or find) and link; print the tree."""
     import argparse
@@ -217,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-link", action="store_true", help="do not link it into this venv")
     args = parser.parse_args(argv)
     try:
-        root = build_component(args.runtime, jobs=args.jobs)
+        root = build_component(args.runtime, jobs=args.jobs, progress=_note)
         if not args.no_link:
             component, _, _ = recipe_for(load_catalog(), args.runtime)
             link_into_venv(component, root)
