@@ -2,11 +2,12 @@
 
 The end-of-generation tokens come from the GGUF itself and the chat template from
 :func:`runtimes.templates.choose_template` (the manifest's, the GGUF's, or the model family's), so
-each model chats the way it was trained to; with none that fits, chat is refused. Generation drives ``Llama.generate`` token by token (rather
-than ``create_completion``) because the adapter needs exact token counts for usage, the cancel
-check between tokens, stop strings that never leak into the output, and an ``ignore_eos``
-switch for benchmarks. Layers go to the GPU only when the engine is a GPU engine and this
-llama.cpp build can offload; otherwise the adapter says, in :meth:`describe`, that it runs on CPU.
+each model chats the way it was trained to; with none that fits, chat is refused. Generation
+drives ``Llama.generate`` token by token (rather than ``create_completion``) because the adapter
+needs exact token counts for usage, the cancel check between tokens, stop strings that never leak
+into the output, and an ``ignore_eos`` switch for benchmarks. Layers go to the GPU only when the
+engine is a GPU engine and this llama.cpp build can offload; otherwise the adapter says, in
+:meth:`describe`, that it runs on CPU.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import codecs
 import logging
 import random
 import threading
-from dataclasses import replace
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from runtimes.base import (

@@ -72,7 +72,9 @@ def read_onnx_facts(source: Path) -> FileFacts:
     try:
         import onnx
     except ImportError as exc:  # pragma: no cover - onnx ships with snapbuild's extras
-        raise UsageError("reading ONNX models needs the onnx package", resolution="pip install onnx") from exc
+        raise UsageError(
+            "reading ONNX models needs the onnx package", resolution="pip install onnx"
+        ) from exc
     try:
         model = onnx.load(str(model_file), load_external_data=False)
     except Exception as exc:

@@ -149,7 +149,9 @@ def read_gguf_facts(path: Path, supplied_template: str | None = None) -> FileFac
             else f"llama.cpp's {arch} layout (snapbuild/data/swa_layouts.yaml)",
             sliding_layers(arch, layers, window, pattern),
         )
-    take("parameters", "the tensors' element counts", sum(int(t.n_elements) for t in reader.tensors))
+    take(
+        "parameters", "the tensors' element counts", sum(int(t.n_elements) for t in reader.tensors)
+    )
     quant, quant_source = quantization_name(
         _int(_value(reader, "general.file_type")), [t.tensor_type.name for t in reader.tensors]
     )

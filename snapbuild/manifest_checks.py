@@ -119,8 +119,14 @@ def _artifact(manifest: Manifest, index: int, artifact: Artifact) -> list[Findin
     try:
         facts = _facts(artifact, paths, manifest.model.chat_template)
     except UsageError as err:
-        return out + [Finding("error", where, f"{err.brief}: {err.details or ''}".rstrip(": "),
-                              err.resolution or "give a loadable model file")]
+        return out + [
+            Finding(
+                "error",
+                where,
+                f"{err.brief}: {err.details or ''}".rstrip(": "),
+                err.resolution or "give a loadable model file",
+            )
+        ]
     if facts is not None:
         out += _compare(manifest, where, artifact, facts)
     return out
@@ -213,7 +219,9 @@ def _compare(manifest: Manifest, where: str, artifact: Artifact, facts: FileFact
                 out.append(Finding("warning", key, f"not given; {source}", f"add {key}: {value}"))
         elif said != value and not (name == "architecture" and value == "unknown"):
             out.append(
-                Finding("error", key, f"the manifest says {said!r}; {source}", f"set {key}: {value}")
+                Finding(
+                    "error", key, f"the manifest says {said!r}; {source}", f"set {key}: {value}"
+                )
             )
     if facts.quantization and facts.quantization.casefold() != artifact.quantization.casefold():
         out.append(

@@ -88,7 +88,9 @@ def inspect_source(path: Path) -> Source:
         data = sorted(path.parent.glob(path.name + "*data"))
         return Source(path, read_onnx_facts(path), (path, *data, *extra))
     if path.is_dir():
-        files = tuple(sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")))
+        files = tuple(
+            sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+        )
         if any(p.suffix == ".xml" for p in files):
             return Source(path, read_ir_facts(path), files)
         if any(p.suffix == ".onnx" for p in files):

@@ -36,7 +36,9 @@ def license_table() -> LicenseTable:
     data = yaml.safe_load(DATA.read_text(encoding="utf-8"))
     ids = [str(i) for i in data["licenses"]] + [str(i) for i in data.get("extra-ids", [])]
     return LicenseTable(
-        frozenset(ids), frozenset(str(e) for e in data["exceptions"]), str(data["spdx-list-version"])
+        frozenset(ids),
+        frozenset(str(e) for e in data["exceptions"]),
+        str(data["spdx-list-version"]),
     )
 
 

@@ -436,10 +436,9 @@ def prepare(
     connections: dict[str, bool] | None = None,
 ) -> tuple[Trial, Decision, str]:
     """Render, select, assemble, stage and install (run the install and configure hooks)."""
+    from snapbuild.manifest_checks import require_sound
     from snapbuild.manifest_loader import load_manifest
     from snapbuild.selector import select
-
-    from snapbuild.manifest_checks import require_sound
 
     manifest = load_manifest(model)
     require_sound(manifest, model, echo)

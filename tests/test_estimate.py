@@ -20,7 +20,7 @@ from snapbuild.estimate import (
     padded_context,
     shape_from_facts,
 )
-from snapbuild.gguf_info import sliding_layers, read_gguf_shape
+from snapbuild.gguf_info import read_gguf_shape, sliding_layers
 from snapbuild.manifest_loader import load_manifest
 
 SMOL = smollm2_gguf_path()

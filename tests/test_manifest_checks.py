@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.new_models import write_chat_gguf
+from support.tiny_models import CHATML_TEMPLATE
 
 from snapbuild.cli import cli, run_cli
 from snapbuild.spdx import license_problem, license_table
 from snaps.daemon import ModelUnloadable, check_loadable
-from support.new_models import write_chat_gguf
-from support.tiny_models import CHATML_TEMPLATE
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -64,7 +64,9 @@ def test_wrong_size_sha256_and_a_text_file_are_caught(
     _edit(made, real["sha256"], "ab" * 32)
     code, _, err = _run(capsys, "validate", str(made))
     assert code == 2
-    assert f"artifacts[0].files[0].sha256: the manifest says {'ab' * 32}; {model} has sha256 " in err
+    assert (
+        f"artifacts[0].files[0].sha256: the manifest says {'ab' * 32}; {model} has sha256 " in err
+    )
     assert f"set sha256: {real['sha256']}" in err
     _edit(made, "ab" * 32, real["sha256"])
     model.write_bytes(b"not a model\n" * (real["size"] // 12) + b"x" * (real["size"] % 12))
@@ -73,7 +75,9 @@ def test_wrong_size_sha256_and_a_text_file_are_caught(
     code, _, err = _run(capsys, "validate", str(made))
     model.write_text("hello")
     code, _, err = _run(capsys, "validate", str(made))
-    assert f"artifacts[0].files[0].size: the manifest says {real['size']} bytes; {model} is 5" in err
+    assert (
+        f"artifacts[0].files[0].size: the manifest says {real['size']} bytes; {model} is 5" in err
+    )
 
 
 def test_text_file_with_the_right_hash_fails_on_format(
@@ -108,7 +112,9 @@ def test_text_file_with_the_right_hash_fails_on_format(
                 ],
             }
         ],
-        "engines": [{"name": "cpu", "summary": "s", "runtime": "llama.cpp-cpu", "artifact": "weights"}],
+        "engines": [
+            {"name": "cpu", "summary": "s", "runtime": "llama.cpp-cpu", "artifact": "weights"}
+        ],
     }
     (tmp_path / "fake.yaml").write_text(yaml.safe_dump(manifest))
     code, _, err = _run(capsys, "validate", str(tmp_path / "fake.yaml"))

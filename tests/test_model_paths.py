@@ -9,11 +9,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support.new_models import write_chat_gguf
+from support.tiny_models import CHATML_TEMPLATE
 
 from snapbuild.cli import cli, run_cli
 from snapbuild.trial import run_trial
-from support.new_models import write_chat_gguf
-from support.tiny_models import CHATML_TEMPLATE
 
 SHIPPED = Path(__file__).resolve().parent.parent / "manifests" / "smollm2.yaml"
 MACHINES = Path(__file__).resolve().parent / "data" / "machines"
@@ -77,7 +77,9 @@ def test_try_takes_every_path_form(
 ) -> None:
     pytest.importorskip("llama_cpp")
     (tmp_path / "models").mkdir()
-    model = write_chat_gguf(tmp_path / "models" / "tiny-chat-F16.gguf", chat_template=CHATML_TEMPLATE)
+    model = write_chat_gguf(
+        tmp_path / "models" / "tiny-chat-F16.gguf", chat_template=CHATML_TEMPLATE
+    )
     monkeypatch.chdir(tmp_path)
     manifest = tmp_path / "models" / "tiny.yaml"
     assert run_cli(cli, ["new", str(model), "-o", str(manifest)], prog_name="snapbuild") == 0

@@ -9,14 +9,22 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from support.build import core24_schema
+from support.gguf_shapes import write_shape_gguf
+from support.new_models import (
+    CONTEXT,
+    EMBEDDING,
+    FEED_FORWARD,
+    HEADS,
+    KV_HEADS,
+    LAYERS,
+    write_chat_gguf,
+    write_tiny_ir,
+)
+from support.tiny_models import CHATML_TEMPLATE, smollm2_gguf_path, write_tiny_onnx_embedder
 
 from snapbuild.cli import cli, run_cli
 from snapbuild.manifest_loader import load_manifest
-from support.build import core24_schema
-from support.gguf_shapes import write_shape_gguf
-from support.new_models import CONTEXT, EMBEDDING, FEED_FORWARD, HEADS, KV_HEADS, LAYERS
-from support.new_models import write_chat_gguf, write_tiny_ir
-from support.tiny_models import CHATML_TEMPLATE, smollm2_gguf_path, write_tiny_onnx_embedder
 
 SHIPPED = Path(__file__).resolve().parent.parent / "manifests"
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import httpx
 import jinja2
 import pytest
+from support.new_models import write_chat_gguf
+from support.serving import app_in_thread
 
 from runtimes.base import LoadOptions, Message, SamplingParams
 from runtimes.templates import choose_template, families
-from support.new_models import write_chat_gguf
-from support.serving import app_in_thread
 
 GEMMA = ("<bos>", "<start_of_turn>", "<end_of_turn>", "<eos>")
 CHATML = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
