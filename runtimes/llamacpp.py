@@ -32,6 +32,7 @@ from runtimes.base import (
     StopMatcher,
     finish_usage,
 )
+from runtimes.native import import_llama_cpp
 from runtimes.templates import choose_template
 
 log = logging.getLogger("snapbuild.runtimes.llamacpp")
@@ -60,7 +61,7 @@ class LlamaCppAdapter(RuntimeAdapter):
         self._stop: tuple[str, ...] = ()  # a family template's markers: never in an answer
 
     def _gpu_layers(self) -> int:
-        import llama_cpp
+        llama_cpp = import_llama_cpp()
 
         if self.options.device != "gpu":
             return 0
@@ -74,7 +75,7 @@ class LlamaCppAdapter(RuntimeAdapter):
         self.notes.append(message)
 
     def _new(self, **extra: Any) -> Any:
-        import llama_cpp
+        llama_cpp = import_llama_cpp()
 
         try:
             return llama_cpp.Llama(
@@ -165,7 +166,7 @@ class LlamaCppAdapter(RuntimeAdapter):
     def _generate(
         self, tokens: list[int], params: SamplingParams, cancel: threading.Event
     ) -> Iterator[Delta]:
-        import llama_cpp
+        llama_cpp = import_llama_cpp()
 
         llm = self.llm
         room = max(self.options.context_size - len(tokens), 0)
@@ -215,7 +216,7 @@ class LlamaCppAdapter(RuntimeAdapter):
         # A second context in embedding mode: the weights are memory-mapped, so they are shared.
         # Mean pooling: chat GGUFs declare no pooling, and per-token vectors are no embedding.
         if self._embedder is None:
-            import llama_cpp
+            llama_cpp = import_llama_cpp()
 
             self._embedder = self._new(
                 embedding=True, pooling_type=llama_cpp.LLAMA_POOLING_TYPE_MEAN
@@ -242,7 +243,7 @@ def _swa_option() -> dict[str, Any]:
     """
     import inspect
 
-    import llama_cpp
+    llama_cpp = import_llama_cpp()
 
     params = inspect.signature(llama_cpp.Llama.__init__).parameters
     return {"swa_full": False} if "swa_full" in params else {}

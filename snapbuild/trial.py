@@ -240,7 +240,8 @@ def stage_components(
             spec = importlib.util.find_spec(package)
             if spec and spec.submodule_search_locations:
                 site[package] = Path(next(iter(spec.submodule_search_locations)))
-        if not site:
+        native = _native_tree(runtime.family, runtime.component)
+        if not site or native is False:
             unavailable.append(f"{runtime.component} (no {runtime.family} installed here)")
         else:
             comp = _component_dir(trial, runtime.component, declared)
@@ -248,6 +249,8 @@ def stage_components(
             lib.mkdir(parents=True, exist_ok=True)
             for package, path in site.items():
                 _link(lib / package, path)
+            if isinstance(native, Path):  # the cmake part's files, where the component has them
+                _link(comp / "usr", native / "usr")
         artifact = manifest.artifact(engine.artifact)
         found = locate(manifest, artifact)
         if found is None:
@@ -255,6 +258,19 @@ def stage_components(
             continue
         stage_artifact(trial, manifest, engine.artifact, found, declared)
     return unavailable
+
+
+def _native_tree(family: str, component: str) -> Path | bool:
+    """The built tree of a runtime's cmake part (llama.cpp), True when it has none, False when
+    it needs one that this machine has not built (``make install`` builds the CPU one)."""
+    if family != "llama.cpp":
+        return True
+    from runtimes.native import ComponentTree, component_root
+
+    root = component_root(component)
+    if root is None or ComponentTree(root).problems():
+        return False
+    return root
 
 
 def stage_artifact(

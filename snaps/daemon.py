@@ -103,17 +103,25 @@ def wait_for_components(ctx: Context, engine: str, timeout: float | None = None)
 def prepare_imports(runtime_dir: Path) -> None:
     """Make the runtime component's Python packages and native libraries loadable.
 
-    Native libraries need LD_LIBRARY_PATH before the process starts, so the daemon re-executes
-    itself once with it set.
+    The library directories come from the one layout rule (:class:`runtimes.native.
+    ComponentTree`: ``usr/lib``, then staged ``usr/lib/<triplet>``). A llama.cpp tree is also
+    named in ``SNAPBUILD_LLAMA_ROOT`` so llama-server and the binding run from it. Native
+    libraries need LD_LIBRARY_PATH before the process starts, so the daemon re-executes itself
+    once with it set.
     """
+    from runtimes.native import ROOT_VAR, ComponentTree
+
     site = runtime_dir / "lib" / "python3" / "site-packages"
     if site.is_dir():
         sys.path.insert(0, str(site))
-    lib = runtime_dir / "lib"
+    tree = ComponentTree(runtime_dir)
+    if tree.server.is_file() or (tree.root / "usr" / "lib" / "libllama.so").exists():
+        os.environ[ROOT_VAR] = str(tree.root)
     current = os.environ.get("LD_LIBRARY_PATH", "")
-    if lib.is_dir() and str(lib) not in current.split(":") and not os.environ.get(REEXEC_MARK):
+    wanted = [str(d) for d in tree.library_dirs]
+    if wanted and not set(wanted) <= set(current.split(":")) and not os.environ.get(REEXEC_MARK):
         env = dict(os.environ)
-        env["LD_LIBRARY_PATH"] = f"{lib}:{current}" if current else str(lib)
+        env["LD_LIBRARY_PATH"] = tree.library_path(current or None)
         env[REEXEC_MARK] = "1"
         os.execve(sys.executable, [sys.executable, "-m", "snaps.cli", "daemon"], env)
 
