@@ -152,14 +152,44 @@ def runtime_threads(host: HostProfile, env: dict[str, str]) -> int | None:
     return default_threads(host)
 
 
+class ModelUnloadable(DaemonError):
+    """The model file cannot be loaded: a restart would fail the same way."""
+
+
 def run() -> None:
-    """Start the server for the recorded decision with the configured settings."""
+    """Start the server for the recorded decision with the configured settings.
+
+    A model that cannot load (not a model file, or the runtime refuses it) ends the daemon
+    with exit status 0 after logging the cause: snapd's ``restart-condition: on-failure`` then
+    leaves it stopped, where a failure status would restart it into the same error until
+    systemd's start limit. ``status`` shows the cause (phase ``failed``).
+    """
+    from runtimes.base import RuntimeFailure
+
     ctx = Context.load()
     try:
         _run(ctx)
+    except (ModelUnloadable, RuntimeFailure) as err:
+        note(ctx, "failed", err.brief)
+        err.report()
+        log("not restarting: the model cannot load, and would not on a restart either")
+        raise SystemExit(0) from None
     except SnapbuildError as err:
         note(ctx, "failed", err.brief)
         raise
+
+
+def check_loadable(path: Path, fmt: str) -> None:
+    """Refuse a file that is not the artifact's format before a runtime is loaded for it."""
+    if fmt == "gguf" and path.is_file():
+        with path.open("rb") as fh:
+            head = fh.read(4)
+        if head != b"GGUF":
+            raise ModelUnloadable(
+                f"{path} is not a GGUF file (it starts with {head!r})",
+                resolution="the snap's weights are damaged or were built from the wrong file: "
+                "rebuild the snap from a manifest that `snapbuild validate` accepts",
+            )
 
 
 def _run(ctx: Context) -> None:
@@ -178,6 +208,9 @@ def _run(ctx: Context) -> None:
     prepare_imports(wait_for_components(ctx, engine))
     note(ctx, "preparing", f"preparing the weights of {engine}")
     model_path = artifacts.ready(ctx.env, ctx.manifest, engine, log)
+    engine_entry = ctx.manifest.engine(engine)
+    if engine_entry is not None:
+        check_loadable(model_path, ctx.manifest.artifact(engine_entry.artifact).format)
     os.environ.update(settings.env)
     threads = runtime_threads(host, settings.env)
     ctx.env.running_path.write_text(json.dumps(settings.to_data(), indent=2) + "\n")
