@@ -30,7 +30,7 @@ CHECK_SCRIPT = Path(__file__).with_name("snapcraft_check.py")
 
 def venv() -> Path:
     """Where snapcraft's virtualenv is expected."""
-    return Path(os.environ.get(VENV_VAR) or REPO / ".venv-snapcraft")
+    return Path(os.environ.get(VENV_VAR) or REPO / ".venv-snapcraft").resolve()
 
 
 def require() -> Path:
