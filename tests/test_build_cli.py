@@ -106,7 +106,8 @@ def test_engines_option_and_project_contents(capsys, tmp_path: Path) -> None:
     project = yaml.safe_load((out_dir / "snap" / "snapcraft.yaml").read_text())
     assert list(project["components"]) == ["llamacpp-cpu", "tiny-q4"]
     assert project["apps"]["tiny-llm"]["plugs"] == ["hardware-observe", "network"]
-    assert project["apps"]["server"]["plugs"] == ["network-bind"]
+    assert project["apps"]["server"]["plugs"] == ["network-bind", "hardware-observe"]
+    assert "extensions" not in project["apps"]["server"], "no GPU engine: no gpu extension"
     shipped = yaml.safe_load((out_dir / "snapbuild-data" / "manifest.yaml").read_text())
     assert [e["name"] for e in shipped["engines"]] == ["cpu"]
 
@@ -167,6 +168,8 @@ def test_remake_replaces_previous_output(capsys, tmp_path: Path) -> None:
         "snap/snapcraft.yaml",
         "snapbuild-data/components.yaml",
         "snapbuild-data/manifest.yaml",
+        "snapbuild-doc/copyright",
+        "snapbuild-runtime/README.md",
     ]
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 from support import oracle
+from support.build import CASES, case_names
 
 from runtimes.catalog import load_catalog
 from snapbuild.build.snapyaml import snap_yaml
@@ -154,3 +155,12 @@ def test_the_oracle_can_reject(tmp_path: Path) -> None:
     assert "runtime-llamacpp-cpu-python" in text and "source" in text
     assert "riscv64" in text
     assert "error" in verdict["expand"]
+
+
+def test_snapcraft_accepts_the_golden_projects() -> None:
+    """The golden directories (tests/data/build/*/expected) are projects snapcraft accepts."""
+    expected = [CASES / case / "expected" for case in case_names()]
+    verdicts = oracle.check(expected)
+    assert {str(d): oracle.problems(verdicts[str(d.resolve())]) for d in expected} == {
+        str(d): [] for d in expected
+    }
