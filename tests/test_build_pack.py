@@ -29,7 +29,7 @@ from snapbuild.trial import Trial, assemble_prime
 SHIPPED = sorted(p.stem for p in manifests_dir().glob("*.yaml"))
 pytestmark = pytest.mark.skipif(
     shutil.which("snap") is None or shutil.which("unsquashfs") is None,
-    reason="snap pack needs Debian's snapd and squashfs-tools: apt-get install snapd squashfs-tools",
+    reason="snap pack needs snapd and squashfs-tools: apt-get install snapd squashfs-tools",
 )
 
 

@@ -48,9 +48,7 @@ def _combinations() -> list[tuple[str, str, tuple[str, ...]]]:
 
 
 COMBINATIONS = _combinations()
-DEFAULT_SETS = [
-    c for c in COMBINATIONS if c[2] == tuple(load_manifest(c[0]).architectures)
-]
+DEFAULT_SETS = [c for c in COMBINATIONS if c[2] == tuple(load_manifest(c[0]).architectures)]
 
 
 def _id(combo: tuple[str, str, tuple[str, ...]]) -> str:
