@@ -22,6 +22,7 @@ from support import oracle
 from support.build import CASES, case_names
 
 from runtimes.catalog import load_catalog
+from snapbuild.build.project import snap_license
 from snapbuild.build.snapyaml import snap_yaml
 from snapbuild.builder import build_project, make
 from snapbuild.errors import UsageError
@@ -162,3 +163,18 @@ def test_snapcraft_accepts_the_golden_projects() -> None:
     assert {str(d): oracle.problems(verdicts[str(d.resolve())]) for d in expected} == {
         str(d): [] for d in expected
     }
+
+
+@pytest.mark.parametrize(
+    ("text", "declared"),
+    [
+        ("Apache-2.0", "Apache-2.0"),
+        ("MIT OR Apache-2.0", "MIT OR Apache-2.0"),
+        ("Gemma", None),
+        ("apache-2.0", None),  # snapd compares identifiers exactly
+        ("LicenseRef-Gemma", None),
+        ("Apache-2.0 AND", None),
+    ],
+)
+def test_only_spdx_licences_are_declared(text: str, declared: str | None) -> None:
+    assert snap_license(text) == declared
