@@ -33,6 +33,9 @@ class NativeBuild(KebabModel):
 
     source: str  # git URL of the upstream project
     source_commit: str  # a commit, never a branch: builds must be reproducible
+    # a PyPI sdist that vendors this source at this commit: where builds that cannot reach the
+    # git host (development machines, CI) take the very same tree (snapbuild.native)
+    vendored_by: str | None = None
     cmake_parameters: tuple[str, ...] = ()
     # snapcraft `package-repositories` entries the packages below come from (besides Ubuntu's)
     package_repositories: tuple[dict[str, Any], ...] = ()
