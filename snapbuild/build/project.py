@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from packaging.licenses import InvalidLicenseExpression, canonicalize_license_expression
 
 from runtimes.catalog import NativeBuild, PythonBuild, RuntimeCatalog
 from snapbuild.build.plan import BuildPlan, ComponentPlan, Piece, download_name
 from snapbuild.errors import UsageError
 from snapbuild.manifest import Manifest
 from snapbuild.paths import templates_dir
+from snapbuild.spdx import license_problem
 
 # core24's python3; the python plugin installs packages into this venv directory.
 PYTHON_SITE_PACKAGES = "lib/python3.12/site-packages"
@@ -38,17 +38,13 @@ NPU_LIBRARY_PATH = "$SNAP/usr/lib/npu-libs-2404"
 
 
 def snap_license(text: str) -> str | None:
-    """``text`` when it is an SPDX expression snapd accepts, else None (the key is left out).
+    """``text`` when snapd accepts it as a licence (an SPDX expression of the identifiers in
+    its list, snapbuild/data/snapd_licenses.yaml), else None: the key is left out.
 
-    snapd refuses to pack a snap whose licence is not an SPDX expression of known identifiers
-    ("Gemma" is not); such terms go to usr/share/doc/<snap>/ instead, as Canonical's snaps do.
-    ``LicenseRef-`` identifiers are SPDX but not in snapd's list, so they are left out too.
+    snapd refuses to pack a snap whose licence it does not know ("Gemma"); such terms go to
+    usr/share/doc/<snap>/ instead, as Canonical's snaps do.
     """
-    try:
-        canonical = canonicalize_license_expression(text)
-    except InvalidLicenseExpression:
-        return None
-    return text if canonical == text and "LicenseRef-" not in text else None
+    return text if license_problem(text) is None else None
 
 
 @cache
