@@ -214,7 +214,19 @@ def assemble_prime(trial: Trial, arch: str) -> dict[str, Any]:
     (trial.prime / "snapbuild").mkdir(exist_ok=True)
     for item in data_src.iterdir() if data_src.is_dir() else ():
         shutil.copy2(item, trial.prime / "snapbuild" / item.name)
+    _prime_doc(trial, snapcraft)
     return snapcraft
+
+
+def _prime_doc(trial: Trial, snapcraft: dict[str, Any]) -> None:
+    """The licence notice, where the project's doc part organizes it (usr/share/doc/<snap>/)."""
+    from snapbuild.build.project import DOC_SOURCE_DIR
+
+    part = (snapcraft.get("parts") or {}).get(DOC_SOURCE_DIR) or {}
+    target = str((part.get("organize") or {}).get("*", "")).strip("/")
+    source = trial.project / DOC_SOURCE_DIR
+    if target and source.is_dir():
+        shutil.copytree(source, trial.prime / target, dirs_exist_ok=True)
 
 
 def stage_components(
