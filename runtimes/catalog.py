@@ -23,7 +23,8 @@ DeviceClass = Literal["cpu", "gpu", "npu"]
 
 
 # Where a runtime component's shared libraries are, relative to the component: what the cmake
-# part installs (CMAKE_INSTALL_PREFIX=/usr) and what staged Ubuntu packages bring.
+# part installs (CMAKE_INSTALL_PREFIX=/: GNUInstallDirs then uses usr/lib and usr/bin) and what
+# staged Ubuntu packages bring.
 # $ARCH_TRIPLET is the snap's environment variable (x86_64-linux-gnu...).
 DEFAULT_LIBRARY_PATHS = ("usr/lib", "usr/lib/$ARCH_TRIPLET")
 
