@@ -95,6 +95,7 @@ class LoadOptions:
     context_size: int = 4096
     threads: int | None = None  # None: the runtime's own default
     gpu_layers: int | None = None  # llama.cpp offload; None: all layers when the build can
+    chat_template: str | None = None  # the manifest's model.chat-template (runtimes.templates)
     # concurrent serving (issue 13), from the Decision's batching plan; 1: one at a time
     sequences: int = 1  # continuous: sequences decoding together; micro-batch: texts per batch
     batch_window_ms: float = 5.0  # micro-batch: how long concurrent requests are gathered

@@ -70,10 +70,11 @@ class OpenVinoAdapter(RuntimeAdapter):
         if self.options.inference_precision:
             config["INFERENCE_PRECISION_HINT"] = self.options.inference_precision
         elif self.options.threads == 1 and self.device == "CPU":
-            # OpenVINO 2026.4's bf16 CPU kernels (the default on AMX / AVX512-BF16 CPUs) die
-            # with SIGFPE on a single inference thread; f32 runs everywhere
+            # OpenVINO's bf16 CPU kernels (the default on AMX / AVX512-BF16 CPUs) die with
+            # SIGFPE on a single inference thread (2025.2 and 2026.4 alike), taking the server
+            # with them; f32 and f16 run, so one thread stays one thread, in f32
             config["INFERENCE_PRECISION_HINT"] = "f32"
-            self.notes.append("one CPU thread: computing in f32 (bf16 crashes OpenVINO 2026.4)")
+            self.notes.append("one CPU thread: computing in f32 (bf16 crashes OpenVINO there)")
         path = str(self.options.artifact)
         try:
             if self.batched:

@@ -748,6 +748,7 @@ def run(
             device=device,
             context_size=context,
             threads=threads,
+            chat_template=manifest.model.chat_template,
             **load_options(batching),
         )
     )
