@@ -187,7 +187,6 @@ class ContinuousEngine:
 
     # the engine thread --------------------------------------------------------------------
     def _loop(self) -> None:
-
         while True:
             with self._wake:
                 while not self._incoming and not self._live and not self._closed:
