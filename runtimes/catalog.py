@@ -23,8 +23,8 @@ DeviceClass = Literal["cpu", "gpu", "npu"]
 
 
 # Where a runtime component's shared libraries are, relative to the component: what the cmake
-# part installs (CMAKE_INSTALL_PREFIX=/: GNUInstallDirs then uses usr/lib and usr/bin) and what
-# staged Ubuntu packages bring.
+# part installs (CMAKE_INSTALL_PREFIX=/usr, CMAKE_INSTALL_LIBDIR=lib) and what staged Ubuntu
+# packages bring.
 # $ARCH_TRIPLET is the snap's environment variable (x86_64-linux-gnu...).
 DEFAULT_LIBRARY_PATHS = ("usr/lib", "usr/lib/$ARCH_TRIPLET")
 
@@ -43,6 +43,9 @@ class NativeBuild(KebabModel):
     build_packages: tuple[str, ...] = ()
     stage_packages: tuple[str, ...] = ()
     library_paths: tuple[str, ...] = DEFAULT_LIBRARY_PATHS
+    # files the install step writes that the component must not ship (paths relative to the
+    # install directory, no globs); the part removes them after `craftctl default`
+    remove_after_install: tuple[str, ...] = ()
 
 
 class PythonBuild(KebabModel):

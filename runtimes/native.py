@@ -2,12 +2,13 @@
 
 One rule for every place that runs llama.cpp: the snap daemon (the component snapd mounts), the
 development build (``snapbuild.native``) and the tests. The catalog's cmake recipe installs with
-``CMAKE_INSTALL_PREFIX=/``, for which GNUInstallDirs puts libraries in ``usr/lib`` and programs in
-``usr/bin``; staged Debian libraries land in ``usr/lib/<multiarch triplet>`` (the recipe's
-``library-paths``, data in the catalog). With ``GGML_BACKEND_DL`` the GGML backends (one CPU
-module per ISA level) are modules installed beside the programs, in ``usr/bin``. llama-server
-finds them next to itself; the Python binding does not load backends by itself, so
-:func:`load_binding` loads them from ``usr/bin``.
+``CMAKE_INSTALL_PREFIX=/usr`` and ``CMAKE_INSTALL_LIBDIR=lib``: libraries in ``usr/lib``,
+programs in ``usr/bin``. (With ``/`` as the prefix, GNUInstallDirs put some files in ``bin`` and
+``lib``, others in ``usr/bin`` and ``usr/lib``, and llama-server found no backend beside it.)
+Staged Debian libraries land in ``usr/lib/<multiarch triplet>`` (the recipe's ``library-paths``,
+data in the catalog). With ``GGML_BACKEND_DL`` the GGML backends (one CPU module per ISA level)
+are modules installed beside the programs, in ``usr/bin``. llama-server finds them next to
+itself; the Python binding does not load backends by itself, so :func:`load_binding` loads them.
 """
 
 from __future__ import annotations

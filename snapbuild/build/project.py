@@ -259,6 +259,9 @@ def _native_part(component: str, native: NativeBuild) -> dict[str, Any]:
         "cmake-parameters": list(native.cmake_parameters),
     }
     _packages(part, native.build_packages, native.stage_packages)
+    if native.remove_after_install:
+        removals = " ".join(f'"$CRAFT_PART_INSTALL/{path}"' for path in native.remove_after_install)
+        part["override-build"] = f"craftctl default\nrm -f {removals}\n"
     part["organize"] = {"*": f"{_into(component)}/"}
     return part
 
