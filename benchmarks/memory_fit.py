@@ -103,7 +103,7 @@ def main() -> int:
     cases: list[tuple[str, Path, int]] = []
     smol = smollm2_gguf_path()
     if smol is not None and not args.no_smollm2 and not args.shape:
-        cases += [("smollm2-135m-q4_1", smol, ctx) for ctx in (1024, 8192)]
+        cases += [("smollm2-135m-q4_1", smol, ctx) for ctx in (1024, 4096)]
     mib = 1024 * 1024
     with tempfile.TemporaryDirectory() as tmp:
         for name, (kwargs, contexts) in SHAPES.items():
