@@ -205,7 +205,8 @@ def plan_memory(
     dev = device_overhead(device)
     host = host_overhead(shape, family) if pool == "ram" else 0
     if family != "llama.cpp":
-        s, p = estimate(shape, context_size, family), estimate(shape, context_size, family, peak=True)
+        s = estimate(shape, context_size, family)
+        p = estimate(shape, context_size, family, peak=True)
         return MemoryPlan(
             device=device,
             pool=pool,

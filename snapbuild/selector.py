@@ -36,7 +36,7 @@ from snapbuild.estimate import (
     shape_from_facts,
     with_headroom,
 )
-from snapbuild.estimate_llama import device_overhead, plan_memory, runtime_device
+from snapbuild.estimate_llama import Pool, device_overhead, plan_memory, runtime_device
 from snapbuild.manifest import Condition, Engine, GpuRequirement, Manifest
 
 PRECEDENCE: tuple[str, ...] = (
@@ -431,7 +431,8 @@ def _required(
         overhead = host + device_overhead(device)
         total, kv, compute = weights + overhead, 0, 0
     else:
-        b = plan_memory(shape, ctx, family, device=device, pool="vram" if pool == "vram" else "ram").peak
+        where: Pool = "vram" if pool == "vram" else "ram"
+        b = plan_memory(shape, ctx, family, device=device, pool=where).peak
         total, kv, compute, overhead = b.total, b.kv_cache, b.compute, b.overhead
     return MemoryEstimate(
         weights=weights,
