@@ -94,6 +94,7 @@ class LoadOptions:
     context_size: int = 4096
     threads: int | None = None  # None: the runtime's own default
     gpu_layers: int | None = None  # llama.cpp offload; None: all layers when the build can
+    chat_template: str | None = None  # the manifest's model.chat-template (runtimes.templates)
 
 
 class RuntimeAdapter(ABC):

@@ -3,10 +3,11 @@
 One rule for every place that runs llama.cpp: the snap daemon (the component snapd mounts), the
 development build (``snapbuild.native``) and the tests. The catalog's cmake recipe installs with
 ``CMAKE_INSTALL_PREFIX=/``, for which GNUInstallDirs puts libraries in ``usr/lib`` and programs in
-``usr/bin``; with ``GGML_BACKEND_DL`` the GGML backends (one CPU module per ISA level) are modules
-installed beside the programs, in ``usr/bin``; Debian libraries that snapcraft stages land in
-``usr/lib/<multiarch triplet>``. llama-server finds the backends next to itself; the Python
-binding does not load backends by itself, so :func:`load_binding` loads them from ``usr/bin``.
+``usr/bin``; staged Debian libraries land in ``usr/lib/<multiarch triplet>`` (the recipe's
+``library-paths``, data in the catalog). With ``GGML_BACKEND_DL`` the GGML backends (one CPU
+module per ISA level) are modules installed beside the programs, in ``usr/bin``. llama-server
+finds them next to itself; the Python binding does not load backends by itself, so
+:func:`load_binding` loads them from ``usr/bin``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from runtimes.catalog import DEFAULT_LIBRARY_PATHS
+
 LINK_DIR = Path("lib") / "snapbuild-native"  # inside a venv: links to built component trees
 ROOT_VAR = "SNAPBUILD_LLAMA_ROOT"  # a component tree to use instead of the venv's link
 DEV_COMPONENT = "llamacpp-cpu"
@@ -29,6 +32,8 @@ class ComponentTree:
     """A llama.cpp runtime component's files, as the catalog's recipe installs them."""
 
     root: Path
+    # relative to the root, ``$ARCH_TRIPLET`` expanded: the recipe's ``library-paths``
+    library_paths: tuple[str, ...] = DEFAULT_LIBRARY_PATHS
 
     @property
     def bin_dir(self) -> Path:
@@ -45,8 +50,8 @@ class ComponentTree:
     @property
     def library_dirs(self) -> tuple[Path, ...]:
         """Our own libraries, then staged Debian ones (only the directories that exist)."""
-        usr_lib = self.root / "usr" / "lib"
-        dirs = [usr_lib, usr_lib / multiarch_triplet(), self.root / "lib"]
+        triplet = multiarch_triplet()
+        dirs = [self.root / p.replace("$ARCH_TRIPLET", triplet) for p in self.library_paths]
         return tuple(d for d in dirs if d.is_dir())
 
     def library_path(self, inherited: str | None = None) -> str:

@@ -745,6 +745,7 @@ def run(
             device=device,
             context_size=context,
             threads=threads,
+            chat_template=manifest.model.chat_template,
         )
     )
     failure: list[BaseException] = []

@@ -214,7 +214,19 @@ def assemble_prime(trial: Trial, arch: str) -> dict[str, Any]:
     (trial.prime / "snapbuild").mkdir(exist_ok=True)
     for item in data_src.iterdir() if data_src.is_dir() else ():
         shutil.copy2(item, trial.prime / "snapbuild" / item.name)
+    _prime_doc(trial, snapcraft)
     return snapcraft
+
+
+def _prime_doc(trial: Trial, snapcraft: dict[str, Any]) -> None:
+    """The licence notice, where the project's doc part organizes it (usr/share/doc/<snap>/)."""
+    from snapbuild.build.project import DOC_SOURCE_DIR
+
+    part = (snapcraft.get("parts") or {}).get(DOC_SOURCE_DIR) or {}
+    target = str((part.get("organize") or {}).get("*", "")).strip("/")
+    source = trial.project / DOC_SOURCE_DIR
+    if target and source.is_dir():
+        shutil.copytree(source, trial.prime / target, dirs_exist_ok=True)
 
 
 def stage_components(
@@ -368,10 +380,21 @@ def check_skeleton(prime: Path) -> str:
     return "passed"
 
 
-def wait_healthy(trial: Trial, url: str, timeout: float = HEALTH_TIMEOUT_S) -> dict[str, Any]:
-    """Poll /health until 200; fail early, with the log, if the service dies."""
-    deadline = time.monotonic() + timeout
+def wait_healthy(
+    trial: Trial,
+    url: str,
+    timeout: float = HEALTH_TIMEOUT_S,
+    echo: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Poll /health until 200; fail early, with the log, if the service dies. ``echo`` hears
+    what the daemon is doing (waiting for components, preparing, loading) as it changes, and
+    the elapsed time every few seconds, so a slow load is not a silent wait."""
+    start = time.monotonic()
+    deadline = start + timeout
+    said = ("", 0.0)
     while time.monotonic() < deadline:
+        if echo is not None:
+            said = _progress(trial, echo, said, time.monotonic() - start)
         with contextlib.suppress(requests.RequestException):
             resp = requests.get(url, timeout=2)
             if resp.status_code == 200:
@@ -388,6 +411,25 @@ def wait_healthy(trial: Trial, url: str, timeout: float = HEALTH_TIMEOUT_S) -> d
         f"the server did not become healthy within {timeout:.0f}s at {url}",
         details=_tail(trial.log()),
     )
+
+
+PROGRESS_EVERY_S = 5.0
+
+
+def _progress(
+    trial: Trial, echo: Callable[[str], None], said: tuple[str, float], elapsed: float
+) -> tuple[str, float]:
+    """Echo the daemon's phase when it changes (or every few seconds); returns what was said."""
+    path = Path(trial.env["SNAP_DATA"]) / "daemon.json"
+    try:
+        note = json.loads(path.read_text(encoding="utf-8"))
+        text = f"{note['phase']}: {note['message']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        text = "starting the server"
+    if text != said[0] or elapsed - said[1] >= PROGRESS_EVERY_S:
+        echo(f"  [{elapsed:4.1f}s] {text}")
+        return text, elapsed
+    return said
 
 
 def _tail(text: str, lines: int = 20) -> str:
@@ -422,10 +464,12 @@ def prepare(
     connections: dict[str, bool] | None = None,
 ) -> tuple[Trial, Decision, str]:
     """Render, select, assemble, stage and install (run the install and configure hooks)."""
+    from snapbuild.manifest_checks import require_sound
     from snapbuild.manifest_loader import load_manifest
     from snapbuild.selector import select
 
     manifest = load_manifest(model)
+    require_sound(manifest, model, echo)
     host = host_profile()
     decision = select(manifest, host, engine=engine)
     if engine and (decision.selected is None or decision.selected.engine != engine):
@@ -435,7 +479,12 @@ def prepare(
             details="; ".join(cand.blockers) if cand else f"{model} has no engine {engine!r}",
             resolution=f"Leave out --engine to let the selector choose (`snapbuild try {model}`).",
         )
-    work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix=f"snapbuild-try-{model}-"))
+    # the snap's name, never the argument: MODEL may be a path (/abs/model.yaml, ./m.yaml)
+    work = (
+        Path(work_dir)
+        if work_dir
+        else Path(tempfile.mkdtemp(prefix=f"snapbuild-try-{manifest.name}-"))
+    )
     if work.exists() and any(work.iterdir()):
         raise UsageError(
             f"the work directory {work} is not empty",
@@ -508,7 +557,7 @@ def run_trial(
             )
         endpoint = status["endpoint"]
         echo(f"Waiting for {endpoint.removesuffix('/v1')}/health ...")
-        health = wait_healthy(trial, endpoint.removesuffix("/v1") + "/health")
+        health = wait_healthy(trial, endpoint.removesuffix("/v1") + "/health", echo=echo)
         echo(f"Healthy: {json.dumps(health)}")
         from snaps.chat import ask_once
 

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from hwprobe.profile import HostProfile
+from snapbuild.decision import Decision
 from snapbuild.errors import EXIT_NO_ENGINE, SnapbuildError
 from snapbuild.threads import default_threads
 from snaps import artifacts
@@ -100,7 +101,7 @@ def wait_for_components(ctx: Context, engine: str, timeout: float | None = None)
     return ctx.env.component_dir(components_for(ctx.manifest, engine)[0])
 
 
-def prepare_imports(runtime_dir: Path) -> None:
+def prepare_imports(runtime_dir: Path, library_paths: tuple[str, ...] | None = None) -> None:
     """Make the runtime component's Python packages and native libraries loadable.
 
     The library directories come from the one layout rule (:class:`runtimes.native.
@@ -114,7 +115,7 @@ def prepare_imports(runtime_dir: Path) -> None:
     site = runtime_dir / "lib" / "python3" / "site-packages"
     if site.is_dir():
         sys.path.insert(0, str(site))
-    tree = ComponentTree(runtime_dir)
+    tree = ComponentTree(runtime_dir, *(() if library_paths is None else (library_paths,)))
     if tree.server.is_file() or (tree.root / "usr" / "lib" / "libllama.so").exists():
         os.environ[ROOT_VAR] = str(tree.root)
     current = os.environ.get("LD_LIBRARY_PATH", "")
@@ -124,6 +125,16 @@ def prepare_imports(runtime_dir: Path) -> None:
         env["LD_LIBRARY_PATH"] = tree.library_path(current or None)
         env[REEXEC_MARK] = "1"
         os.execve(sys.executable, [sys.executable, "-m", "snaps.cli", "daemon"], env)
+
+
+def runtime_library_paths(decision: Decision) -> tuple[str, ...] | None:
+    """The engine's runtime component library directories, as its recipe lists them."""
+    from runtimes.catalog import load_catalog
+
+    assert decision.selected is not None
+    entry = load_catalog().get(decision.selected.runtime)
+    native = entry.build.native if entry and entry.build else None
+    return native.library_paths if native else None
 
 
 def check_fit(ctx: Context, engine: str, forced: bool) -> HostProfile:
@@ -152,14 +163,44 @@ def runtime_threads(host: HostProfile, env: dict[str, str]) -> int | None:
     return default_threads(host)
 
 
+class ModelUnloadable(DaemonError):
+    """The model file cannot be loaded: a restart would fail the same way."""
+
+
 def run() -> None:
-    """Start the server for the recorded decision with the configured settings."""
+    """Start the server for the recorded decision with the configured settings.
+
+    A model that cannot load (not a model file, or the runtime refuses it) ends the daemon
+    with exit status 0 after logging the cause: snapd's ``restart-condition: on-failure`` then
+    leaves it stopped, where a failure status would restart it into the same error until
+    systemd's start limit. ``status`` shows the cause (phase ``failed``).
+    """
+    from runtimes.base import RuntimeFailure
+
     ctx = Context.load()
     try:
         _run(ctx)
+    except (ModelUnloadable, RuntimeFailure) as err:
+        note(ctx, "failed", err.brief)
+        err.report()
+        log("not restarting: the model cannot load, and would not on a restart either")
+        raise SystemExit(0) from None
     except SnapbuildError as err:
         note(ctx, "failed", err.brief)
         raise
+
+
+def check_loadable(path: Path, fmt: str) -> None:
+    """Refuse a file that is not the artifact's format before a runtime is loaded for it."""
+    if fmt == "gguf" and path.is_file():
+        with path.open("rb") as fh:
+            head = fh.read(4)
+        if head != b"GGUF":
+            raise ModelUnloadable(
+                f"{path} is not a GGUF file (it starts with {head!r})",
+                resolution="the snap's weights are damaged or were built from the wrong file: "
+                "rebuild the snap from a manifest that `snapbuild validate` accepts",
+            )
 
 
 def _run(ctx: Context) -> None:
@@ -175,9 +216,12 @@ def _run(ctx: Context) -> None:
     engine = decision.selected.engine
     settings = ctx.settings(decision=decision)
     host = check_fit(ctx, engine, state.forced)
-    prepare_imports(wait_for_components(ctx, engine))
+    prepare_imports(wait_for_components(ctx, engine), runtime_library_paths(decision))
     note(ctx, "preparing", f"preparing the weights of {engine}")
     model_path = artifacts.ready(ctx.env, ctx.manifest, engine, log)
+    engine_entry = ctx.manifest.engine(engine)
+    if engine_entry is not None:
+        check_loadable(model_path, ctx.manifest.artifact(engine_entry.artifact).format)
     os.environ.update(settings.env)
     threads = runtime_threads(host, settings.env)
     ctx.env.running_path.write_text(json.dumps(settings.to_data(), indent=2) + "\n")
