@@ -39,7 +39,9 @@ def status(key):
         for line in fh:
             if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
-import llama_cpp
+sys.path.insert(0, sys.argv[4])
+from runtimes.native import import_llama_cpp
+llama_cpp = import_llama_cpp()
 path, ctx, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 before = status("VmRSS")
 llm = llama_cpp.Llama(model_path=path, n_ctx=ctx, use_mmap=False, verbose=False,
@@ -85,7 +87,7 @@ SHAPES: dict[str, tuple[dict[str, object], tuple[int, ...]]] = {
 def measure(path: Path, ctx: int, mode: str) -> int:
     """Bytes llama-cpp-python made resident for one model, context and mode."""
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(path), str(ctx), mode],
+        [sys.executable, "-c", CHILD, str(path), str(ctx), mode, str(ROOT)],
         check=True,
         capture_output=True,
         text=True,
