@@ -100,12 +100,12 @@ def load_binding(tree: ComponentTree) -> None:
     if lib_dir is None:
         return
     os.environ["LLAMA_CPP_LIB_PATH"] = str(lib_dir)
-    mode = getattr(os, "RTLD_GLOBAL", 0)
     # Installed libraries carry no RUNPATH: load the dependencies first, by path, so that
-    # libllama's DT_NEEDED entries are already satisfied when the binding opens it.
+    # libllama's DT_NEEDED entries are already satisfied when the binding opens it. Locally
+    # (RTLD_LOCAL): exported globally, ggml's symbols crash OpenVINO in the same process.
     ggml = None
     for name in ("libggml-base.so", "libggml.so"):
-        ggml = ctypes.CDLL(str(lib_dir / name), mode=mode)
+        ggml = ctypes.CDLL(str(lib_dir / name), mode=os.RTLD_LOCAL)
     assert ggml is not None
     loader = ggml.ggml_backend_load_all_from_path
     loader.argtypes = [ctypes.c_char_p]

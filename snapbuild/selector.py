@@ -32,12 +32,12 @@ from snapbuild.errors import UsageError
 from snapbuild.estimate import (
     ModelShape,
     _data,
-    estimate,
-    family_constants,
+    host_overhead,
     quantization_bits,
     shape_from_facts,
     with_headroom,
 )
+from snapbuild.estimate_llama import Pool, device_overhead, plan_memory, runtime_device
 from snapbuild.manifest import Condition, Engine, GpuRequirement, Manifest
 
 PRECEDENCE: tuple[str, ...] = (
@@ -418,12 +418,22 @@ def _contexts(manifest: Manifest, engine: Engine) -> tuple[int, int]:
     return top, low
 
 
-def _required(shape: ModelShape | None, weights: int, ctx: int, family: str) -> MemoryEstimate:
+def _required(
+    shape: ModelShape | None,
+    weights: int,
+    ctx: int,
+    family: str,
+    device: str = "cpu",
+    pool: str = "ram",
+) -> MemoryEstimate:
+    """The peak (a prompt that fills the context) on ``device``, plus the headroom."""
     if shape is None:  # facts too thin: weights and overhead only, said in the reasons
-        overhead = int(family_constants(family)["overhead"])
+        host = host_overhead(None, family) if pool == "ram" else 0
+        overhead = host + device_overhead(device)
         total, kv, compute = weights + overhead, 0, 0
     else:
-        b = estimate(shape, ctx, family, peak=True)
+        where: Pool = "vram" if pool == "vram" else "ram"
+        b = plan_memory(shape, ctx, family, device=device, pool=where).peak
         total, kv, compute, overhead = b.total, b.kv_cache, b.compute, b.overhead
     return MemoryEstimate(
         weights=weights,
@@ -450,8 +460,10 @@ def _fit(
     top, low = _contexts(manifest, engine)
     pool, available, label, exact = _pool(device, host)
 
+    dev = runtime_device(entry.id)
+
     def need(ctx: int) -> MemoryEstimate:
-        est = _required(shape, weights, ctx, entry.family)
+        est = _required(shape, weights, ctx, entry.family, dev, pool)
         return est.model_copy(update={"available": available, "pool": pool})
 
     if shape is None:
@@ -470,7 +482,10 @@ def _fit(
         )
         return Fit(best, top, verified=False)
     if best.required <= available:
-        v.ok(f"{label} {gib(available)} ≥ {gib(best.required)} needed at context {top}")
+        v.ok(
+            f"{label} {gib(available)} ≥ {gib(best.required)} needed at context {top} "
+            f"(full-context peak, margin {gib(available - best.required)})"
+        )
         if not exact:
             v.warnings.append(
                 f"{engine.name}: available RAM not reported; fit checked against total"
@@ -487,7 +502,8 @@ def _fit(
     chosen = need(ctx)
     v.ok(
         f"{label} {gib(available)} ≥ {gib(chosen.required)} needed at context {ctx} "
-        f"(stepped down from {top}: {gib(best.required)} needed there)"
+        f"(full-context peak, margin {gib(available - chosen.required)}; "
+        f"stepped down from {top}: {gib(best.required)} needed there)"
     )
     return Fit(chosen, ctx, verified=exact)
 

@@ -274,12 +274,16 @@ def stage_components(
 
 def _native_tree(family: str, component: str) -> Path | bool:
     """The built tree of a runtime's cmake part (llama.cpp), True when it has none, False when
-    it needs one that this machine has not built (``make install`` builds the CPU one)."""
+    it needs one that this machine has not built (``make install`` builds the CPU one).
+
+    A GPU build (CUDA, ROCm, Vulkan) cannot be made here; a trial of a replayed GPU machine
+    stages the CPU build in its place, and the runtime then says it runs on the CPU.
+    """
     if family != "llama.cpp":
         return True
     from runtimes.native import ComponentTree, component_root
 
-    root = component_root(component)
+    root = component_root(component) or component_root()
     if root is None or ComponentTree(root).problems():
         return False
     return root
