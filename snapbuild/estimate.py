@@ -12,6 +12,7 @@ Other families keep cautious constants (``snapbuild/data/estimate.yaml``).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -68,6 +69,10 @@ class ModelShape(KebabModel):
     embedding_size: int | None = None
     feed_forward_size: int | None = None
     vocab_size: int | None = None
+    # BPE merges (None: unknown, counted as one per token, the BPE case; 0 for SentencePiece)
+    vocab_merges: int | None = Field(default=None, ge=0)
+    # token texts too long for std::string's inline buffer: malloc'ed bytes of one copy
+    vocab_heap_bytes: int = Field(default=0, ge=0)
     context_length: int | None = None
     sliding_window: int | None = None
     sliding_window_layers: int = 0
@@ -105,6 +110,7 @@ def shape_from_facts(facts: ModelFacts, weights: int) -> ModelShape | None:
         embedding_size=facts.embedding_size,
         feed_forward_size=facts.feed_forward_size,
         vocab_size=facts.vocab_size,
+        vocab_merges=facts.vocab_merges,
         context_length=facts.context_length,
         sliding_window=facts.sliding_window,
         sliding_window_layers=facts.sliding_window_layers or 0,
@@ -194,12 +200,26 @@ def estimate(
 
 def host_overhead(shape: ModelShape | None, family: Family = "llama.cpp") -> int:
     """Host memory the runtime takes besides weights, KV and compute: a fixed part and, for
-    llama.cpp, the vocabulary tables (per vocabulary entry)."""
+    llama.cpp, the vocabulary tables (``vocabulary`` in the data: per token, per BPE merge and
+    the heap copies of long token texts)."""
     consts = family_constants(family)
     fixed = int(consts["overhead"])
-    per_token = float(consts.get("vocab-table-bytes-per-token", 0))
-    vocab = shape.vocab_size if shape is not None else None
-    return fixed + int(per_token * (vocab or 0))
+    rule = consts.get("vocabulary")
+    if shape is None or not rule or not shape.vocab_size:
+        return fixed
+    tokens = shape.vocab_size
+    merges = tokens if shape.vocab_merges is None else shape.vocab_merges
+    tables = int(rule["bytes-per-token"]) * tokens + int(rule["bytes-per-merge"]) * merges
+    return fixed + tables + int(rule["long-string-copies"]) * shape.vocab_heap_bytes
+
+
+def token_heap_bytes(lengths: Iterable[int]) -> int:
+    """malloc'ed bytes of one copy of these token texts: those longer than std::string's inline
+    buffer take a glibc chunk of length + 1 + header, rounded up (``vocabulary`` in the data)."""
+    rule = family_constants("llama.cpp")["vocabulary"]
+    inline, header = int(rule["inline-string-chars"]), int(rule["malloc-header"])
+    align = int(rule["malloc-align"])
+    return sum(math.ceil((n + 1 + header) / align) * align for n in lengths if n > inline)
 
 
 def with_headroom(total: int) -> int:

@@ -145,12 +145,24 @@ def _output_buffer(shape: ModelShape, run: LlamaRun) -> int:
     return per_slot * run.slots * (shape.vocab_size or 0) * 4
 
 
+def cpu_work_buffer(shape: ModelShape, c: Cells, run: LlamaRun) -> int:
+    """The CPU backend's work buffer: the largest matrix product input it converts, the
+    attention scores without flash attention (``cpu-work-buffer`` in the data file)."""
+    r = rules()["cpu-work-buffer"]["flash-attn" if run.flash_attn else "no-flash-attn"]
+    embd = shape.embedding_size or shape.attention_heads * shape.key_size
+    ff = shape.feed_forward_size or 4 * embd
+    widest = c.full if shape.layers > (shape.sliding_window_layers if c.swa else 0) else c.swa
+    scores = c.tokens * widest * shape.attention_heads * float(r["score-bytes"])
+    return int(max(scores, c.tokens * ff * float(r["ff-bytes"])))
+
+
 def compute_peak(shape: ModelShape, context_size: int, run: LlamaRun) -> int:
     """What the CPU makes resident at the worst moment: the last prompt batch of a full
-    context (one logit row per sequence), plus the host output buffer."""
+    context (one logit row per sequence), its work buffer, and the host output buffer."""
     c = cells(shape, context_size, run)
     outputs = min(c.tokens, run.slots)
-    return _compute(shape, c, run, outputs=outputs) + _output_buffer(shape, run)
+    graph = _compute(shape, c, run, outputs=outputs)
+    return graph + cpu_work_buffer(shape, c, run) + _output_buffer(shape, run)
 
 
 def compute_steady(shape: ModelShape, run: LlamaRun) -> int:
@@ -158,7 +170,8 @@ def compute_steady(shape: ModelShape, run: LlamaRun) -> int:
     pad = int(rules()["kv-cache"]["cell-padding"])
     tokens = int(rules()["runs"]["steady-tokens"])
     c = Cells(streams=1, full=pad, swa=pad if shape.sliding_window else 0, tokens=tokens)
-    return _compute(shape, c, run, outputs=1) + _output_buffer(shape, run)
+    graph = _compute(shape, c, run, outputs=1)
+    return graph + cpu_work_buffer(shape, c, run) + _output_buffer(shape, run)
 
 
 def device_overhead(device: str) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from snapbuild.errors import UsageError
-from snapbuild.estimate import ModelShape
+from snapbuild.estimate import ModelShape, token_heap_bytes
 
 
 def _field(reader: Any, key: str) -> Any:
@@ -78,10 +78,11 @@ def read_gguf_shape(path: Path) -> ModelShape:
         )
     key_len = _first_int(get("attention.key_length")) or embd // heads
     val_len = _first_int(get("attention.value_length")) or key_len
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
     vocab = _first_int(get("vocab_size"))
     if vocab is None:
-        tokens = reader.fields.get("tokenizer.ggml.tokens")
         vocab = len(tokens.data) if tokens is not None else None
+    merges, heap = vocab_tables(reader)
     window = _first_int(get("attention.sliding_window"))
     swa_layers = sliding_layers(arch, layers, window, get("attention.sliding_window_pattern"))
     weights = sum(int(t.n_bytes) for t in reader.tensors)
@@ -95,11 +96,24 @@ def read_gguf_shape(path: Path) -> ModelShape:
         embedding_size=embd,
         feed_forward_size=_first_int(get("feed_forward_length")),
         vocab_size=vocab,
+        vocab_merges=merges,
+        vocab_heap_bytes=heap,
         context_length=_first_int(get("context_length")),
         sliding_window=window,
         sliding_window_layers=swa_layers,
         weights=weights,
     )
+
+
+def vocab_tables(reader: Any) -> tuple[int | None, int]:
+    """BPE merges (0 without any, None without a tokenizer) and the heap bytes of the token
+    texts too long to be stored inline: what sizes llama.cpp's vocabulary tables."""
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    if tokens is None:
+        return None, 0
+    merges = reader.fields.get("tokenizer.ggml.merges")
+    heap = token_heap_bytes(len(tokens.parts[i]) for i in tokens.data)
+    return (len(merges.data) if merges is not None else 0), heap
 
 
 SWA_LAYOUTS = Path(__file__).with_name("data") / "swa_layouts.yaml"

@@ -138,6 +138,9 @@ def read_gguf_facts(path: Path, supplied_template: str | None = None) -> FileFac
         tokens = reader.fields.get("tokenizer.ggml.tokens")
         if tokens is not None:
             take("vocab_size", "tokenizer.ggml.tokens (count)", len(tokens.data))
+    if "tokenizer.ggml.tokens" in reader.fields:
+        merges = reader.fields.get("tokenizer.ggml.merges")
+        take("vocab_merges", "tokenizer.ggml.merges (count)", len(merges.data) if merges else 0)
     take("context_length", f"{arch}.context_length")
     window = take("sliding_window", f"{arch}.attention.sliding_window")
     if window and layers:

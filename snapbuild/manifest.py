@@ -78,6 +78,8 @@ class ModelFacts(KebabModel):
     embedding_size: int | None = Field(default=None, gt=0)
     feed_forward_size: int | None = Field(default=None, gt=0)
     vocab_size: int | None = Field(default=None, gt=0)
+    # BPE merges llama.cpp keeps in memory (0 for SentencePiece; absent: as many as tokens)
+    vocab_merges: int | None = Field(default=None, ge=0)
     context_length: int | None = Field(default=None, gt=0)  # the model's trained maximum
     sliding_window: int | None = Field(default=None, gt=0)  # window of the local layers
     sliding_window_layers: int | None = Field(default=None, ge=0)  # how many layers are local
