@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gguf
 import pytest
 from support.gguf_shapes import write_shape_gguf
 from support.tiny_models import smollm2_gguf_path
@@ -111,9 +112,19 @@ def test_estimate_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
     data = json.loads(capsys.readouterr().out)
     kv = 2 * 30 * 3 * 64 * 8192 * 2
     # steady: 16 prompt tokens against 256 cells (no flash attention, the binding's default):
-    # the feed-forward moment (mask + 2.5 ff rows + 7.5 embedding rows) plus one logit row
+    # the feed-forward moment (mask + 2.5 ff rows + 7.5 embedding rows) plus one logit row,
+    # plus the CPU work buffer: the scores of 9 heads converted to f16
     compute = int(16 * 256 * 4 + 16 * 4 * (2.5 * 1536 + 7.5 * 576)) + 49152 * 4
-    overhead = 10_400_000 + 300 * 49152  # fixed + vocabulary tables
+    compute += 16 * 256 * 9 * 2
+    # fixed + vocabulary tables: 49,152 tokens, 48,900 merges, and the texts longer than 15
+    # characters malloc'ed in 3 copies (chunk: length + 1 + 8, rounded up to 16)
+    reader = gguf.GGUFReader(str(SMOL))
+    tokens = reader.fields["tokenizer.ggml.tokens"]
+    lengths = [len(tokens.parts[i]) for i in tokens.data]
+    heap = sum((n + 1 + 8 + 15) // 16 * 16 for n in lengths if n > 15)
+    assert len(reader.fields["tokenizer.ggml.merges"].data) == 48_900
+    assert 400 < sum(n > 15 for n in lengths) < 600
+    overhead = 10_000_000 + 168 * 49152 + 144 * 48_900 + 3 * heap
     assert data == {
         "total": 96_576_768 + kv + compute + overhead,
         "weights": 96_576_768,
@@ -137,12 +148,14 @@ def test_estimate_cli_rejects_a_file_that_is_not_gguf(
 
 def test_peak_is_the_last_prompt_batch_at_the_full_context() -> None:
     """CPU peak: 512 tokens against all 4096 cells: f32 scores for 9 heads, the f32 mask and
-    5 embedding + 2 KV rows, plus the host output buffer (one logit row)."""
+    5 embedding + 2 KV rows, plus the CPU work buffer (the scores converted to f16 for the
+    product with V) and the host output buffer (one logit row)."""
     shape = shape_from_facts(load_manifest("smollm2").model, 1)
     assert shape is not None
     peak = estimate(shape, 4096, peak=True)
     attention = 512 * 4096 * 9 * 4 + 512 * 4096 * 4 + 512 * 4 * (5 * 576 + 2 * 3 * 64)
-    assert peak.compute == attention + 49152 * 4
+    work = 512 * 4096 * 9 * 2
+    assert peak.compute == attention + work + 49152 * 4
 
 
 CHILD = """
