@@ -21,7 +21,12 @@ from support.new_models import (
     write_chat_gguf,
     write_tiny_ir,
 )
-from support.tiny_models import CHATML_TEMPLATE, smollm2_gguf_path, write_tiny_onnx_embedder
+from support.tiny_models import (
+    CHATML_TEMPLATE,
+    MERGES,
+    smollm2_gguf_path,
+    write_tiny_onnx_embedder,
+)
 
 from snapbuild.cli import cli, run_cli
 from snapbuild.manifest_loader import load_manifest
@@ -85,6 +90,7 @@ def test_generated_gguf_facts_engines_and_review(
         "embedding_size": EMBEDDING,
         "feed_forward_size": FEED_FORWARD,
         "vocab_size": 256 + 20 + 3,
+        "vocab_merges": len(MERGES),  # the tiny byte-level BPE tokenizer's
         "context_length": CONTEXT,
     }
     assert manifest.model.parameters == (
