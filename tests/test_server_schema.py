@@ -38,7 +38,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     adapter = LlamaCppAdapter(
         LoadOptions(artifact=path, runtime="llama.cpp-cpu", context_size=128, threads=1)
     )
-    app = create_app(adapter, model_id="tiny", engine="cpu", device="cpu", context_size=128)
+    app = create_app(adapter, model_id="tiny", engine_name="cpu", device="cpu", context_size=128)
     with app_in_thread(app) as url:
         yield url
 
