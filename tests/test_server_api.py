@@ -147,11 +147,12 @@ def test_streamed_chat_equals_plain_chat(served: Served) -> None:
     plain = served.client.chat.completions.create(**request)  # type: ignore[call-overload]
     chunks = list(served.client.chat.completions.create(**request, stream=True))  # type: ignore[call-overload]
     assert chunks[0].choices[0].delta.role == "assistant"
+    assert all(c.choices[0].delta.role is None for c in chunks[1:])  # role once, never null
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == plain.choices[0].message.content
     assert chunks[-1].choices[0].finish_reason == plain.choices[0].finish_reason
-    assert chunks[-1].usage is not None and plain.usage is not None
-    assert chunks[-1].usage.completion_tokens == plain.usage.completion_tokens
+    assert [c.usage for c in chunks] == [None] * len(chunks)  # not asked for: no usage
+    assert plain.usage is not None and plain.choices[0].message.refusal is None
 
 
 def test_stream_usage_chunk_on_request(served: Served) -> None:
@@ -169,6 +170,7 @@ def test_stream_usage_chunk_on_request(served: Served) -> None:
     )
     assert chunks[-1].choices == []
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 4
+    assert [c.usage for c in chunks[:-1]] == [None] * (len(chunks) - 1)  # usage exactly once
 
 
 def test_completions(served: Served) -> None:
