@@ -111,6 +111,18 @@ class ServingConfig:
     batch_size: int | None = None  # logical and physical batch (embeddings need the whole input)
 
 
+def from_plan(plan: Any, threads: int | None = None) -> ServingConfig:
+    """A :class:`ServingConfig` from the selector's ``Serving`` record (the Decision)."""
+    return ServingConfig(
+        slots=int(plan.slots),
+        context_per_slot=int(plan.context_per_slot),
+        kv_cache_type=str(plan.kv_cache_type),
+        flash_attention=bool(plan.flash_attention),
+        cache_reuse=int(plan.cache_reuse),
+        threads=threads,
+    )
+
+
 def server_command(
     server: ServerBinary,
     model: Path,

@@ -31,7 +31,9 @@ def _serve(path: Path, model_id: str, context: int) -> Iterator[str]:
     adapter = LlamaCppAdapter(
         LoadOptions(artifact=path, runtime="llama.cpp-cpu", context_size=context, threads=1)
     )
-    app = create_app(adapter, model_id=model_id, engine_name="cpu", device="cpu", context_size=context)
+    app = create_app(
+        adapter, model_id=model_id, engine_name="cpu", device="cpu", context_size=context
+    )
     with app_in_thread(app) as base:
         yield base
 
