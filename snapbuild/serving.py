@@ -5,9 +5,9 @@ llama-server decodes every busy slot in one batched step, so under load N slots 
 times the tokens per second of one, for the price of N KV caches. The plan: the context per
 slot is what the selector's memory fit chose for one sequence; then the most slots (up to the
 device's preferred number, ``snapbuild/data/serving.yaml``) whose KV caches fit beside the
-weights and compute buffers, in f16; when f16 cannot give the preferred slots, a quantized KV
-cache (never below the quality floor, and only with flash attention, which a quantized V cache
-needs) when it gives more slots than f16.
+weights and compute buffers, in f16; only when f16 fits fewer slots than the device's
+``quantize-below-slots``, a quantized KV cache (never below the quality floor, and only with
+flash attention, which a quantized V cache needs) when it gives more slots than f16.
 """
 
 from __future__ import annotations
@@ -94,6 +94,7 @@ def plan(
     table = serving_table()
     flash = runtime in table["flash-attention"]
     preferred = int(table["preferred-slots"].get(device, 1))
+    enough = int(table["quantize-below-slots"].get(device, 1))
 
     def fits(o: Option) -> bool:
         return available is None or o.required <= available
@@ -108,11 +109,10 @@ def plan(
         if not fitting:
             continue
         top = fitting[0]
-        if top.slots == preferred:
-            best = top if best is None or best.slots < top.slots else best
-            break
         if best is None or top.slots > best.slots:
             best = top
+        if best.slots >= enough:
+            break
     if best is None:  # the memory fit passed for one f16 slot, so this is the fallback
         best = option(shape, context, "f16", 1)
     return Serving(
