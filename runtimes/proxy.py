@@ -143,8 +143,10 @@ class LlamaServerEngine:
         if self.main is None:
             return "loading", None
         state = self.main.state
-        if state.status == "ok":
+        if state.status == "ok" and self.main.ready.is_set():
             return "ok", None
+        if state.status == "ok":  # it died a moment ago; the supervisor is about to say so
+            return "restarting", f"{self.main.name} stopped answering"
         if state.status in ("restarting", "starting") and state.restarts:
             return "restarting", state.detail
         return ("loading" if state.status == "starting" else "error"), state.detail
@@ -212,7 +214,7 @@ class LlamaServerEngine:
         """POST /v1/embeddings through the embedding child (started on first use)."""
         child = await self._embedding_child()
         body = {k: v for k, v in payload.items() if k != "model"}
-        response = await child.client.post("/v1/embeddings", json=body)
+        response = await _post(child.client, "/v1/embeddings", body)
         if response.status_code >= 400:
             raise _upstream_error(response.status_code, response.content, param="input")
         data: dict[str, Any] = response.json()
@@ -267,7 +269,7 @@ class LlamaServerEngine:
 
         try:
             if not stream:
-                data = await _cancellable(client.post(path, json=body), request)
+                data = await _cancellable(_post(client, path, body), request)
                 if data is None:
                     done("cancelled")
                     return Response(status_code=204)
@@ -476,6 +478,20 @@ def _error_from(error: dict[str, Any], *, chat: bool, param: str | None = None) 
     if status == 503:
         typ = "service_unavailable"
     return ApiError(status, message, type=typ, param=param, code=code)
+
+
+async def _post(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> httpx.Response:
+    """POST to llama-server; a child that is not answering is a 503, not a crash."""
+    try:
+        return await client.post(path, json=body)
+    except httpx.HTTPError as exc:
+        raise ApiError(
+            503,
+            f"llama-server is not answering ({exc.__class__.__name__}); it is being restarted, "
+            "check GET /health",
+            type="service_unavailable",
+            code="model_not_ready",
+        ) from exc
 
 
 async def _cancellable(call: Any, request: Request) -> httpx.Response | None:

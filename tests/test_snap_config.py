@@ -50,7 +50,10 @@ def test_keys_are_normalized_to_snapd_option_names() -> None:
     with pytest.raises(UsageError) as err:
         config.normalize_key("colour")
     assert err.value.brief == "unknown setting 'colour'"
-    assert err.value.resolution == "Settings are port, host, context-size, engine, cors-origins and env.NAME."
+    assert (
+        err.value.resolution
+        == "Settings are port, host, context-size, engine, cors-origins and env.NAME."
+    )
 
 
 def test_assignments_are_typed_by_key() -> None:
