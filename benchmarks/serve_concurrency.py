@@ -233,7 +233,7 @@ def main() -> None:
             started[name] = manager
         plan = [(name, n) for n in levels for name in ("ours", "direct")]
         plan += [("selector", 8), ("canonical", 8)]
-        for name, base in ((n, servers[n][1]) for n in servers):  # warm every server once
+        for _, base in servers.values():  # warm every server once
             load(base, "smollm2", 1, 8, -1)
         for round_no in range(args.rounds):
             for name, streams in plan:
