@@ -160,6 +160,7 @@ class LlamaServerEngine:
             "device": self.options.device,
             "server": "llama-server",
             "slots": c.slots,
+            "context-size": c.context_per_slot,
             "context-per-slot": c.context_per_slot,
             "kv-cache-type": c.kv_cache_type,
             "flash-attention": c.flash_attention,
