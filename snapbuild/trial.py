@@ -248,6 +248,11 @@ def stage_components(
             lib.mkdir(parents=True, exist_ok=True)
             for package, path in site.items():
                 _link(lib / package, path)
+            if runtime.serving == "llama-server" and not _stage_llama_server(comp):
+                unavailable.append(
+                    f"{runtime.component} (llama-server is not built here: `make install`, "
+                    "then set SNAPBUILD_LLAMA_ROOT)"
+                )
         artifact = manifest.artifact(engine.artifact)
         found = locate(manifest, artifact)
         if found is None:
@@ -255,6 +260,22 @@ def stage_components(
             continue
         stage_artifact(trial, manifest, engine.artifact, found, declared)
     return unavailable
+
+
+def _stage_llama_server(comp: Path) -> bool:
+    """Link the llama.cpp component tree built here (``$SNAPBUILD_LLAMA_ROOT``: usr/bin,
+    usr/lib) into the component, as the snap's native part stages it."""
+    from runtimes.llamaserver import ROOT_VAR, locate
+
+    root = os.environ.get(ROOT_VAR)
+    if not root:
+        return False
+    try:
+        locate(Path(root))
+    except SnapbuildError:
+        return False
+    _link(comp / "usr", Path(root) / "usr")
+    return True
 
 
 def stage_artifact(
