@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import requests
-
 from support.llama import needs_llama_server
+
 from hwprobe import probe
 from snapbuild.threads import default_threads
 from snapbuild.trial import Trial
