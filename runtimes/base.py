@@ -98,6 +98,7 @@ class LoadOptions:
     # usr/lib), or the binary itself; None: $SNAPBUILD_LLAMA_ROOT
     llama_root: Path | None = None
     llama_server: Path | None = None
+    chat_template: str | None = None  # the manifest's model.chat-template (runtimes.templates)
 
 
 class RuntimeAdapter(ABC):

@@ -27,6 +27,9 @@ class NativeBuild(KebabModel):
 
     source: str  # git URL of the upstream project
     source_commit: str  # a commit, never a branch: builds must be reproducible
+    # a PyPI sdist that vendors this source at this commit: where builds that cannot reach the
+    # git host (development machines, CI) take the very same tree (snapbuild.native)
+    vendored_by: str | None = None
     cmake_parameters: tuple[str, ...] = ()
     build_packages: tuple[str, ...] = ()
     stage_packages: tuple[str, ...] = ()

@@ -1,11 +1,13 @@
 """llama.cpp adapter through llama-cpp-python.
 
-The chat template and the end-of-generation tokens come from the GGUF itself, so each model
-chats the way it was trained to. Generation drives ``Llama.generate`` token by token (rather
-than ``create_completion``) because the adapter needs exact token counts for usage, the cancel
-check between tokens, stop strings that never leak into the output, and an ``ignore_eos``
-switch for benchmarks. Layers go to the GPU only when the engine is a GPU engine and this
-llama.cpp build can offload; otherwise the adapter says, in :meth:`describe`, that it runs on CPU.
+The end-of-generation tokens come from the GGUF itself and the chat template from
+:func:`runtimes.templates.choose_template` (the manifest's, the GGUF's, or the model family's), so
+each model chats the way it was trained to; with none that fits, chat is refused. Generation
+drives ``Llama.generate`` token by token (rather than ``create_completion``) because the adapter
+needs exact token counts for usage, the cancel check between tokens, stop strings that never leak
+into the output, and an ``ignore_eos`` switch for benchmarks. Layers go to the GPU only when the
+engine is a GPU engine and this llama.cpp build can offload; otherwise the adapter says, in
+:meth:`describe`, that it runs on CPU.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import logging
 import random
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from runtimes.base import (
@@ -29,6 +32,8 @@ from runtimes.base import (
     StopMatcher,
     finish_usage,
 )
+from runtimes.native import import_llama_cpp
+from runtimes.templates import choose_template
 
 log = logging.getLogger("snapbuild.runtimes.llamacpp")
 
@@ -37,10 +42,6 @@ DEFAULT_TEMPERATURE = 0.8
 DEFAULT_TOP_K = 40
 DEFAULT_TOP_P = 0.95
 DEFAULT_MIN_P = 0.05
-FALLBACK_TEMPLATE = (  # ChatML, for GGUFs without tokenizer.chat_template
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 
 
 class LlamaCppAdapter(RuntimeAdapter):
@@ -57,9 +58,10 @@ class LlamaCppAdapter(RuntimeAdapter):
         self._add_bos = False
         self.gpu_layers = 0
         self.template_source = "gguf"
+        self._stop: tuple[str, ...] = ()  # a family template's markers: never in an answer
 
     def _gpu_layers(self) -> int:
-        import llama_cpp
+        llama_cpp = import_llama_cpp()
 
         if self.options.device != "gpu":
             return 0
@@ -73,7 +75,7 @@ class LlamaCppAdapter(RuntimeAdapter):
         self.notes.append(message)
 
     def _new(self, **extra: Any) -> Any:
-        import llama_cpp
+        llama_cpp = import_llama_cpp()
 
         try:
             return llama_cpp.Llama(
@@ -100,20 +102,28 @@ class LlamaCppAdapter(RuntimeAdapter):
         self.gpu_layers = self._gpu_layers()
         self.llm = self._new()
         meta: dict[str, str] = self.llm.metadata
-        template = meta.get("tokenizer.chat_template")
-        if not template:
-            self.template_source = "chatml fallback"
-            self._note("the GGUF has no chat template; using ChatML")
-            template = FALLBACK_TEMPLATE
+        choice = choose_template(meta, self._single_token, self.options.chat_template)
+        self.template_source = choice.label
+        self._stop = choice.stop
+        if choice.source in ("family", "none"):
+            self._note(choice.reason)
+        if choice.template is None:
+            self.capabilities = self.capabilities - {"chat"}
         eos_text = self._token_text(self.llm.token_eos())
         self._bos_text = self._token_text(self.llm.token_bos())
         self._add_bos = meta.get("tokenizer.ggml.add_bos_token", "false") == "true"
-        self._formatter = Jinja2ChatFormatter(
-            template=template,
-            eos_token=eos_text,
-            bos_token=self._bos_text,
-            add_generation_prompt=True,
-        )
+        if choice.template is not None:
+            self._formatter = Jinja2ChatFormatter(
+                template=choice.template,
+                eos_token=eos_text,
+                bos_token=self._bos_text,
+                add_generation_prompt=True,
+            )
+
+    def _single_token(self, text: str) -> bool:
+        """Whether ``text`` is one token of the vocabulary (a template marker it knows)."""
+        tokens = self._tokens(text, add_bos=False)
+        return len(tokens) == 1 and self._token_text(tokens[0]) == text
 
     def _token_text(self, token: int) -> str:
         if token < 0:
@@ -144,6 +154,8 @@ class LlamaCppAdapter(RuntimeAdapter):
     def chat(
         self, messages: Sequence[Message], params: SamplingParams, cancel: threading.Event
     ) -> Iterator[Delta]:
+        if self._stop:
+            params = replace(params, stop=params.stop + self._stop)
         return self._generate(self._prompt_tokens(self._chat_prompt(messages)), params, cancel)
 
     def complete(
@@ -154,7 +166,7 @@ class LlamaCppAdapter(RuntimeAdapter):
     def _generate(
         self, tokens: list[int], params: SamplingParams, cancel: threading.Event
     ) -> Iterator[Delta]:
-        import llama_cpp
+        llama_cpp = import_llama_cpp()
 
         llm = self.llm
         room = max(self.options.context_size - len(tokens), 0)
@@ -204,7 +216,7 @@ class LlamaCppAdapter(RuntimeAdapter):
         # A second context in embedding mode: the weights are memory-mapped, so they are shared.
         # Mean pooling: chat GGUFs declare no pooling, and per-token vectors are no embedding.
         if self._embedder is None:
-            import llama_cpp
+            llama_cpp = import_llama_cpp()
 
             self._embedder = self._new(
                 embedding=True, pooling_type=llama_cpp.LLAMA_POOLING_TYPE_MEAN
@@ -231,7 +243,7 @@ def _swa_option() -> dict[str, Any]:
     """
     import inspect
 
-    import llama_cpp
+    llama_cpp = import_llama_cpp()
 
     params = inspect.signature(llama_cpp.Llama.__init__).parameters
     return {"swa_full": False} if "swa_full" in params else {}

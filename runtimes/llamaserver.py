@@ -7,8 +7,8 @@ gains throughput under load, and it implements the OpenAI surface (grammars for
 The gateway stays the only public listener; the child listens on a Unix socket in a private
 directory, so nothing else on the machine can reach it.
 
-Three things live here: where the binary is in a component tree (:func:`locate`, the one
-place that knows the layout), the command line for a serving configuration
+Three things live here: the binary and its libraries (:func:`locate`, through the one layout
+rule of :mod:`runtimes.native`), the command line for a serving configuration
 (:func:`server_command`), and :class:`Supervisor`, which starts the child, waits for its
 ``/health``, warms it up, and restarts it with backoff when it dies.
 """
@@ -31,13 +31,13 @@ from typing import Any
 import httpx
 
 from runtimes.base import RuntimeFailure
+from runtimes.native import ROOT_VAR, ComponentTree, component_root
 
 log = logging.getLogger("snapbuild.runtimes.llamaserver")
 
-ROOT_VAR = "SNAPBUILD_LLAMA_ROOT"
 BUILD_HINT = (
-    "build llama.cpp at the pinned commit with `make install` (it installs the component tree "
-    "with usr/bin/llama-server), then point SNAPBUILD_LLAMA_ROOT at that tree"
+    "build llama.cpp at the pinned commit with `make install` (it builds the component tree with "
+    f"usr/bin/llama-server and links it into the venv), or set {ROOT_VAR} to such a tree"
 )
 HEALTH_TIMEOUT_S = 300.0
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
@@ -62,36 +62,32 @@ class ServerBinary:
 
 
 def locate(root: Path) -> ServerBinary:
-    """The llama.cpp component tree's layout, in one place: ``root/usr/bin/llama-server``,
-    the GGML backend modules beside it in ``usr/bin``, libraries in ``usr/lib`` and in any
-    multiarch directory ``usr/lib/<triplet>``."""
-    binary = root / "usr" / "bin" / "llama-server"
-    if not binary.is_file() or not os.access(binary, os.X_OK):
+    """llama-server in a llama.cpp component tree, by the one layout rule
+    (:class:`runtimes.native.ComponentTree`: ``usr/bin/llama-server`` beside the GGML backend
+    modules, libraries in ``usr/lib`` and ``usr/lib/<triplet>``)."""
+    tree = ComponentTree(root)
+    missing = tree.problems()
+    if missing:
         raise RuntimeFailure(
-            f"llama-server is not in the llama.cpp component tree {root}",
-            details=f"expected an executable {binary}",
+            f"llama-server cannot run from the llama.cpp component tree {root}",
+            details="missing: " + "; ".join(missing),
             resolution=BUILD_HINT,
         )
-    lib = root / "usr" / "lib"
-    dirs = [root / "usr" / "bin", lib]
-    if lib.is_dir():
-        dirs += sorted(p for p in lib.iterdir() if p.is_dir() and p.name.count("-") >= 2)
-    return ServerBinary(binary, tuple(d for d in dirs if d.is_dir()))
+    return ServerBinary(tree.server, tree.library_dirs)
 
 
 def find_server(root: Path | None = None, binary: Path | None = None) -> ServerBinary:
-    """llama-server from an explicit binary, a component root, or ``$SNAPBUILD_LLAMA_ROOT``."""
+    """llama-server from an explicit binary, a component root, ``$SNAPBUILD_LLAMA_ROOT`` or the
+    tree a development install (``make install``) built."""
     if binary is not None:
         if not binary.is_file():
             raise RuntimeFailure(f"llama-server {binary} does not exist", resolution=BUILD_HINT)
-        found = locate(binary.parent.parent.parent)
-        return ServerBinary(binary, found.lib_dirs) if found.binary == binary else found
-    if root is None and os.environ.get(ROOT_VAR):
-        root = Path(os.environ[ROOT_VAR])
+        return ServerBinary(binary, ComponentTree(binary.parent.parent.parent).library_dirs)
+    root = root or component_root()
     if root is None:
         raise RuntimeFailure(
-            "llama.cpp engines serve through llama-server, and none was given",
-            details=f"no component root: neither LoadOptions.llama_root nor ${ROOT_VAR}",
+            "llama.cpp engines serve through llama-server, and none is built here",
+            details=f"no component tree: not given, ${ROOT_VAR} unset, none built by make install",
             resolution=BUILD_HINT,
         )
     return locate(root)

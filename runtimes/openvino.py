@@ -47,7 +47,10 @@ class OpenVinoAdapter(RuntimeAdapter):
         config: dict[str, Any] = {}
         if device == "NPU":
             config["MAX_PROMPT_LEN"] = self.options.context_size
-        if self.options.threads and device == "CPU":
+        # OpenVINO's CPU plugin (2025.2 and 2026.4 alike) dies with SIGFPE while compiling when
+        # INFERENCE_NUM_THREADS is 1 on some 2-core machines, taking the server with it; one
+        # thread is then left to its own default (at most the cores it sees).
+        if self.options.threads and self.options.threads > 1 and device == "CPU":
             config["INFERENCE_NUM_THREADS"] = self.options.threads
         try:
             self.pipe = openvino_genai.LLMPipeline(str(self.options.artifact), device, **config)

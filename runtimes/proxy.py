@@ -20,6 +20,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -93,10 +94,17 @@ class LlamaServerEngine:
         server = self._binary()
         model, device = self.options.artifact, self.options.device
 
+        template = self.options.chat_template
+
         def command(socket: str) -> list[str]:
-            return server_command(
+            args = server_command(
                 server, model, config, socket, device=device, embeddings=embeddings
             )
+            if template and not embeddings:  # the manifest's template wins over the GGUF's
+                path = Path(socket).with_name("chat-template.jinja")
+                path.write_text(template, encoding="utf-8")
+                args += ["--chat-template-file", str(path)]
+            return args
 
         return Supervisor(
             command,

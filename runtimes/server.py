@@ -640,6 +640,7 @@ def run(
         context_size=context,
         threads=threads,
         llama_root=llama_root,
+        chat_template=manifest.model.chat_template,
     )
     chosen, choices = build_engine(
         options, model_id=manifest.name, metrics=metrics, serving=serving

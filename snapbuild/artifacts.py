@@ -262,6 +262,15 @@ def fetch_file(
     if target.is_file() and target.stat().st_size == file.size:
         return FetchResult(target, "cached")
     label = f"{artifact.name}/{file.path}"
+    if file.url is None:
+        assert file.local is not None  # the manifest requires one of them
+        raise FetchError(
+            f"{label} is a local-only file and is not at {file.local.path}",
+            details="the manifest gives it no url to download it from",
+            resolution="put the file there, or fix the entry's local.path (relative paths are "
+            "relative to the manifest's directory)",
+            exit_code=2,
+        )
     if file.placeholder:
         raise FetchError(
             f"{label} has no verified download yet",
@@ -432,6 +441,7 @@ def _record_file(
     from snapbuild.manifest_loader import load_manifest, parse_manifest
 
     label = f"{artifact.name}/{file.path}"
+    assert file.url is not None  # placeholders have urls (the manifest requires it)
     if file.shards:
         raise FetchError(
             f"{label} is a placeholder split into shards",

@@ -26,6 +26,7 @@ from snapbuild.build.render import (
     write_output,
 )
 from snapbuild.build.snapyaml import component_yaml, snap_yaml
+from snapbuild.local_artifacts import stage_local_files
 from snapbuild.manifest import Manifest
 from snapbuild.manifest_loader import load_manifest, manifest_to_data
 from snapbuild.paths import project_root
@@ -102,6 +103,7 @@ def make(
     write_output(target, built.files, marker_text(built.plan, built.files, built.vendored_source))
     if built.vendored_source:
         vendor_source(project_root(), target)
+    stage_local_files(manifest, {e.artifact for e in built.plan.engines}, target)
     return BuiltProject(
         built.manifest, built.plan, built.project, built.files, built.vendored_source, target
     )

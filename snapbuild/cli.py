@@ -19,6 +19,7 @@ from snapbuild.errors import EXIT_FAILURE, SnapbuildError
 
 # command name -> "module:attribute" of a click.Command
 COMMANDS: dict[str, str] = {
+    "new": "snapbuild.commands.new:new_cmd",
     "schema": "snapbuild.commands.selection:schema_cmd",
     "select": "snapbuild.commands.selection:select_cmd",
     "engines": "snapbuild.commands.selection:engines_cmd",

@@ -7,6 +7,7 @@ done with the ``gguf`` package's memory-mapped reader: nothing is loaded but the
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,7 @@ def read_gguf_shape(path: Path) -> ModelShape:
         tokens = reader.fields.get("tokenizer.ggml.tokens")
         vocab = len(tokens.data) if tokens is not None else None
     window = _first_int(get("attention.sliding_window"))
-    swa_layers = _sliding_layers(arch, layers, window, get("attention.sliding_window_pattern"))
+    swa_layers = sliding_layers(arch, layers, window, get("attention.sliding_window_pattern"))
     weights = sum(int(t.n_bytes) for t in reader.tensors)
     return ModelShape(
         architecture=arch,
@@ -101,17 +102,25 @@ def read_gguf_shape(path: Path) -> ModelShape:
     )
 
 
-# Architectures whose sliding-window layout is fixed in llama.cpp rather than in metadata:
-# how many of every N layers are local (gemma2: every other; gemma3: 5 of every 6).
-_SWA_PATTERNS: dict[str, int] = {"gemma2": 2, "gemma3": 6, "gemma3n": 5, "cohere2": 4}
+SWA_LAYOUTS = Path(__file__).with_name("data") / "swa_layouts.yaml"
 
 
-def _sliding_layers(arch: str, layers: int, window: int | None, pattern: Any) -> int:
+@cache
+def swa_periods() -> dict[str, int]:
+    """Architectures whose sliding-window layout llama.cpp fixes in code (data: one global layer
+    in every ``period``), from ``data/swa_layouts.yaml``."""
+    import yaml
+
+    data = yaml.safe_load(SWA_LAYOUTS.read_text(encoding="utf-8"))
+    return {str(arch): int(entry["period"]) for arch, entry in data["architectures"].items()}
+
+
+def sliding_layers(arch: str, layers: int, window: int | None, pattern: Any) -> int:
     if not window:
         return 0
     if isinstance(pattern, list):  # one boolean per layer (newer converters)
         return sum(1 for p in pattern if p)
-    period = int(pattern) if isinstance(pattern, int) and pattern > 0 else _SWA_PATTERNS.get(arch)
+    period = int(pattern) if isinstance(pattern, int) and pattern > 0 else swa_periods().get(arch)
     if not period:
         return 0
     # layer i is global when (i + 1) % period == 0

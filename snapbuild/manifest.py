@@ -68,6 +68,8 @@ class ModelFacts(KebabModel):
     context_length: int | None = Field(default=None, gt=0)  # the model's trained maximum
     sliding_window: int | None = Field(default=None, gt=0)  # window of the local layers
     sliding_window_layers: int | None = Field(default=None, ge=0)  # how many layers are local
+    # a Jinja2 chat template for a GGUF without a usable one (runtimes/templates.py decides)
+    chat_template: str | None = Field(default=None, min_length=1)
 
 
 class Shard(KebabModel):
@@ -79,22 +81,39 @@ class Shard(KebabModel):
 
 
 class LocalSource(KebabModel):
-    """Where an already-installed copy of a file lives, so it runs offline (e.g. a PyPI package)."""
+    """Where a copy of a file lives on the packager's machine: inside an installed PyPI package,
+    or at a path (relative paths are relative to the manifest file's directory). A file with a
+    ``local:`` and no ``url`` is local-only: ``make`` copies it into the project."""
 
     python_package: str | None = None  # a distribution whose files include the artifact
-    path: str  # path inside that distribution, or an absolute path when no package is given
+    path: str  # path inside that distribution, or a file path when no package is given
 
 
 class ArtifactFile(KebabModel):
     """One file of an artifact (a GGUF is one file; an OpenVINO IR is several)."""
 
     path: str  # file name inside the artifact's directory
-    url: str
+    url: str | None = None  # https download; None: local-only (``local`` required)
     sha256: Sha256
     size: int = Field(gt=0)
     placeholder: bool = False  # url/sha256/size not verified upstream yet: say so, never hide it
     local: LocalSource | None = None
     shards: tuple[Shard, ...] = ()
+
+    @model_validator(mode="after")
+    def _has_a_source(self) -> ArtifactFile:
+        # A build (container, remote builder) reaches https URLs and the project directory,
+        # never the packager's file system: local files are staged into the project by `make`.
+        if self.url is None and self.local is None:
+            raise ValueError("give the file a url, or a local: path for a local-only file")
+        if self.url is not None and not self.url.startswith(("https://", "http://")):
+            raise ValueError(
+                f"url {self.url!r} is not an http(s) URL; for a file on this machine leave url "
+                "out and give local: {path: ...} (make copies it into the project)"
+            )
+        if self.url is None and (self.placeholder or self.shards):
+            raise ValueError("a local-only file cannot be a placeholder or have shards")
+        return self
 
     @model_validator(mode="after")
     def _shards_cover_file(self) -> ArtifactFile:

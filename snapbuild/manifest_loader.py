@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from runtimes.catalog import load_catalog
 from snapbuild.errors import ManifestError
+from snapbuild.local_artifacts import resolve_local_paths
 from snapbuild.manifest import Manifest
 from snapbuild.paths import manifests_dir
 
@@ -436,6 +437,7 @@ def _load(path: Path, shown: str) -> Manifest:
             f"got a {type(data).__name__}",
             resolution="the top level must be `key: value` lines (name:, title:, engines:...)",
         )
+    resolve_local_paths(data, path.resolve().parent)
     problems = (
         [
             Problem(shown, line, field_name(loc), f"key {key!r} appears twice", "keep one of them")

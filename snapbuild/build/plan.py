@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 
 from runtimes.catalog import RuntimeCatalog, RuntimeEntry, Variant
 from snapbuild.errors import ManifestError, UsageError
+from snapbuild.local_artifacts import staged_source
 from snapbuild.manifest import (
     STORE_COMPONENT_LIMIT,
     Artifact,
@@ -310,7 +311,13 @@ def _pieces(artifact: Artifact, file: ArtifactFile, file_index: int) -> list[Pie
         ]
     return [
         Piece(
-            **common, path=file.path, size=file.size, kind="file", url=file.url, sha256=file.sha256
+            **common,
+            path=file.path,
+            size=file.size,
+            kind="file",
+            # local-only: the copy `make` stages into the project (snapbuild.local_artifacts)
+            url=file.url or staged_source(artifact.name, file.path),
+            sha256=file.sha256,
         )
     ]
 

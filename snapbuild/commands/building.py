@@ -64,9 +64,13 @@ def make_cmd(
 ) -> None:
     """Write a complete snapcraft project for MODEL (a manifest name or path)."""
     from snapbuild.builder import make, summary_data, summary_text
+    from snapbuild.manifest_checks import require_sound
+    from snapbuild.manifest_loader import load_manifest
 
+    manifest = load_manifest(model)
+    require_sound(manifest, model, lambda text: click.echo(text, err=True))
     built = make(
-        model,
+        manifest,
         output,
         force=force,
         engines=_names(engines),

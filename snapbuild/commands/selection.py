@@ -297,21 +297,40 @@ def estimate_cmd(
 @click.argument("files", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 def validate_cmd(files: tuple[str, ...], as_json: bool) -> None:
-    """Check manifest FILES; exit 2 when any is invalid."""
+    """Check manifest FILES (names or paths), their licence, and the model files found here
+    (size, sha256, format, model facts); exit 2 when any is invalid."""
+    from snapbuild.manifest_checks import check_manifest
+
     results: list[dict[str, object]] = []
     failed: list[SnapbuildError] = []
     for name in files:
         try:
             manifest = load_manifest(name)
+            findings = check_manifest(manifest)
         except SnapbuildError as err:
             failed.append(err)
             results.append({"file": name, "valid": False, **err.to_dict()})
             if not as_json:
                 err.report()
             continue
-        results.append({"file": name, "valid": True, "engines": len(manifest.engines)})
+        errors = [f for f in findings if f.level == "error"]
+        results.append(
+            {
+                "file": name,
+                "valid": not errors,
+                "engines": len(manifest.engines),
+                "findings": [f.to_data() for f in findings],
+            }
+        )
         if not as_json:
-            click.echo(f"{name}: ok ({manifest.name}, {len(manifest.engines)} engines)")
+            for finding in findings:
+                click.echo(f"{name}: {finding.format()}", err=True)
+        if errors:
+            failed.append(UsageError(f"{name} does not match its model files"))
+        elif not as_json:
+            warned = len(findings)
+            note = f", {warned} warning{'s' * (warned != 1)}" if warned else ""
+            click.echo(f"{name}: ok ({manifest.name}, {len(manifest.engines)} engines{note})")
     if as_json:
         click.echo(json.dumps(results, indent=2))
     if failed:
