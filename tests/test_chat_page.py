@@ -4,15 +4,13 @@ right in a screenshot. Skipped, saying why, where Chromium is not installed."""
 
 from __future__ import annotations
 
-import html
 import re
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from support.browser import CHROMIUM, Browser
 from support.serving import app_in_thread
 from support.tiny_models import write_tiny_llama_gguf
 
@@ -21,7 +19,6 @@ from runtimes.llamacpp import LlamaCppAdapter
 from runtimes.server import create_app
 
 pytestmark = pytest.mark.slow
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)"
 )
@@ -38,30 +35,6 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
-def chromium(url: str, profile: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    """Headless Chromium with a fresh profile and nothing reaching outside."""
-    assert CHROMIUM is not None
-    return subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--no-first-run",
-            f"--user-data-dir={profile}",
-            "--virtual-time-budget=20000",  # let the streamed reply finish before the dump
-            *extra,
-            url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def test_page_is_served(base: str) -> None:
     page = httpx.get(f"{base}/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
@@ -70,7 +43,7 @@ def test_page_is_served(base: str) -> None:
 
 
 @needs_chromium
-def test_round_trip_in_chromium(base: str, tmp_path: Path) -> None:
+def test_round_trip_and_screenshot_in_chromium(base: str, tmp_path: Path) -> None:
     def streamed_chats() -> float:
         metrics = httpx.get(f"{base}/metrics").text
         found = re.search(
@@ -80,29 +53,27 @@ def test_round_trip_in_chromium(base: str, tmp_path: Path) -> None:
         return float(found.group(1)) if found else 0.0
 
     before = streamed_chats()
-    done = chromium(f"{base}/?q=Hello%20there", tmp_path / "profile", "--dump-dom")
-    dom = done.stdout
-    assert '<div class="msg user">Hello there</div>' in dom, done.stderr[-2000:]
-    reply = re.search(r'<div class="msg assistant" data-state="done">(.*?)</div>', dom, re.S)
-    assert reply is not None, dom[-3000:]
-    assert html.unescape(reply.group(1)).strip()  # the streamed text arrived
-    assert "done in" in dom
+    browser = Browser(tmp_path / "profile", width=900, height=600)
+    try:
+        browser.open(f"{base}/?q=Hello%20there")
+        state = browser.wait_for(
+            "(document.querySelector('.msg.assistant, .msg.error') || {dataset: {}})"
+            ".dataset.state === 'done' ? 'done' : "
+            "(document.querySelector('.msg.error') ? 'error' : '')"
+        )
+        assert state == "done", browser.evaluate("document.getElementById('log').innerText")
+        user = browser.evaluate("document.querySelector('.msg.user').textContent")
+        reply = browser.evaluate("document.querySelector('.msg.assistant').textContent")
+        status = browser.evaluate("document.getElementById('status').textContent")
+        shot = browser.screenshot()
+    finally:
+        browser.close()
+    assert user == "Hello there"
+    assert reply.strip()  # the streamed text arrived
+    assert status.startswith("done in ")
     assert streamed_chats() == before + 1  # one real request went through /v1
-
-
-@needs_chromium
-def test_screenshot(base: str, tmp_path: Path) -> None:
-    shot = tmp_path / "chat.png"
-    done = chromium(
-        f"{base}/?q=Hi",
-        tmp_path / "profile",
-        f"--screenshot={shot}",
-        "--window-size=900,600",
-        "--hide-scrollbars",
-    )
-    assert shot.is_file(), done.stderr[-2000:]
-    data = shot.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert shot[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(shot[16:20], "big"), int.from_bytes(shot[20:24], "big")
     assert (width, height) == (900, 600)
-    assert len(data) > 5000  # a rendered page, not a blank image
+    assert len(shot) > 5000  # a rendered page, not a blank image
+    (tmp_path / "chat.png").write_bytes(shot)

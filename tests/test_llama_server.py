@@ -52,9 +52,7 @@ def test_layout_rule(tmp_path: Path) -> None:
     assert env["LD_LIBRARY_PATH"].split(":") == [*map(str, found.lib_dirs), "/opt/x"]
 
 
-def test_missing_binary_says_how_to_build(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_missing_binary_says_how_to_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(RuntimeFailure) as caught:
         locate(tmp_path)
     assert "make install" in (caught.value.resolution or "")
