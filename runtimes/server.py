@@ -291,7 +291,7 @@ class CountRequests:
         if scope["type"] != "http" or not path.startswith("/v1/"):
             await self.app(scope, receive, send)
             return
-        endpoint = path if path.count("/") <= 3 else path.rsplit("/", 1)[0] + "/{id}"
+        endpoint = _endpoint_label(path)
 
         async def counting(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
@@ -299,6 +299,16 @@ class CountRequests:
             await send(message)
 
         await self.app(scope, receive, counting)
+
+
+KNOWN_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models")
+
+
+def _endpoint_label(path: str) -> str:
+    """A bounded label for a request path (clients choose paths; metrics must not grow)."""
+    if path in KNOWN_ENDPOINTS:
+        return path
+    return "/v1/models/{model}" if path.startswith("/v1/models/") else "other"
 
 
 async def _start(state: ServerState, on_load_error: Callable[[BaseException], None] | None) -> None:
