@@ -170,6 +170,8 @@ def parse_prometheus(text: str, prefix: str = "llamacpp:") -> dict[str, float]:
         if not line.startswith(prefix):
             continue
         name, _, value = line.partition(" ")
+        if "{" in name:
+            continue
         try:
             out[name[len(prefix) :]] = float(value)
         except ValueError:
