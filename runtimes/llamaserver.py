@@ -18,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ctypes
 import logging
 import os
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -178,6 +180,14 @@ def _gpu_layers(config: ServingConfig, device: str) -> int:
     return 999 if device == "gpu" else 0
 
 
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the gateway dies, however it dies (Linux prctl
+    PR_SET_PDEATHSIG), so no llama-server outlives its supervisor."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 @dataclass
 class ChildState:
     """What happened to the child, for /health and ``<snap> status``."""
@@ -312,6 +322,7 @@ class Supervisor:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,
+                preexec_fn=_die_with_parent,
             )
         except OSError as exc:
             self.state.last_exit = f"could not start: {exc}"

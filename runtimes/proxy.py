@@ -27,6 +27,7 @@ import httpx
 from fastapi import Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from runtimes import toolcalls
 from runtimes.base import LoadOptions, RuntimeFailure
 from runtimes.errors import ApiError
 from runtimes.llamaserver import (
@@ -76,6 +77,7 @@ class LlamaServerEngine:
         self._embed_lock = asyncio.Lock()
         self.counts = {"completed": 0, "cancelled": 0, "failed": 0}
         self.active = 0
+        self.native_tools = False  # whether the chat template renders tools (llama-server /props)
         self._live: dict[str, float] = {}
         metrics.sources.append(lambda: dict(self._live))
 
@@ -123,7 +125,13 @@ class LlamaServerEngine:
         self.main = self._supervisor(self.config, embeddings=False)
         self.main.start()
         await self.main.first_attempt.wait()
-        if not self.main.ready.is_set():
+        if self.main.ready.is_set():
+            self.native_tools = await _native_tools(self.main.client)
+            if not self.native_tools:
+                self.notes.append(
+                    "the chat template has no tool support: tools are emulated with a JSON schema"
+                )
+        else:
             state = self.main.state
             detail = state.detail or state.last_exit or "unknown"
             tail = "\n".join(list(state.log)[-8:])
@@ -212,8 +220,44 @@ class LlamaServerEngine:
 
     # requests ------------------------------------------------------------------------------
     async def chat(self, payload: dict[str, Any], request: Request) -> Response:
-        """POST /v1/chat/completions through llama-server."""
+        """POST /v1/chat/completions through llama-server (tools emulated where the model's
+        template has none, :mod:`runtimes.toolcalls`)."""
+        if toolcalls.needs_emulation(payload, self.native_tools):
+            return await self._emulated_tools(payload, request)
         return await self._generate("/v1/chat/completions", payload, request, chat=True)
+
+    async def _emulated_tools(self, payload: dict[str, Any], request: Request) -> Response:
+        assert self.main is not None
+        body = toolcalls.rewrite(payload)
+        body.pop("model", None)
+        started = time.monotonic()
+        self.active += 1
+        self.metrics.in_flight(1)
+        kind = "failed"
+        try:
+            data = await _cancellable(
+                _post(self.main.client, "/v1/chat/completions", body), request
+            )
+            if data is None:
+                kind = "cancelled"
+                return Response(status_code=204)
+            if data.status_code >= 400:
+                raise _upstream_error(data.status_code, data.content, chat=True)
+            out: dict[str, Any] = data.json()
+            _fix_whole(out, self.model_id, chat=True)
+            toolcalls.restore(out)
+            self.metrics.observe("time_to_first_token_seconds", time.monotonic() - started)
+            self.metrics.add_tokens(int((out.get("usage") or {}).get("completion_tokens", 0)))
+            kind = "completed"
+        finally:
+            self.active -= 1
+            self.counts[kind] += 1
+            self.metrics.in_flight(-1)
+        if not payload.get("stream"):
+            return JSONResponse(out)
+        want_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
+        events = [_sse(c) for c in toolcalls.as_stream(out, want_usage)] + [b"data: [DONE]\n\n"]
+        return StreamingResponse(iter(events), media_type="text/event-stream")
 
     async def completions(self, payload: dict[str, Any], request: Request) -> Response:
         """POST /v1/completions through llama-server."""
@@ -418,12 +462,21 @@ def _fix_whole(data: dict[str, Any], model_id: str, *, chat: bool) -> None:
     for key in DROPPED:
         data.pop(key, None)
     for choice in data.get("choices", []):
-        choice.setdefault("logprobs", None)
+        _fix_logprobs(choice, chat=chat)
         if chat:
             message = choice.setdefault("message", {})
             message.setdefault("refusal", None)
             if message.get("content") is None and not message.get("tool_calls"):
                 message["content"] = ""
+
+
+def _fix_logprobs(choice: dict[str, Any], *, chat: bool) -> None:
+    """``logprobs`` present (null when not asked for); a chat choice's object also has
+    ``refusal`` (OpenAI's schema requires both lists)."""
+    logprobs = choice.setdefault("logprobs", None)
+    if chat and isinstance(logprobs, dict):
+        logprobs.setdefault("content", None)
+        logprobs.setdefault("refusal", None)
 
 
 def _fix_chunk(event: dict[str, Any], model_id: str, *, chat: bool) -> list[dict[str, Any]]:
@@ -434,7 +487,7 @@ def _fix_chunk(event: dict[str, Any], model_id: str, *, chat: bool) -> list[dict
         event.pop(key, None)
     choices = event.get("choices") or []
     for choice in choices:
-        choice.setdefault("logprobs", None)
+        _fix_logprobs(choice, chat=chat)
         if chat:
             delta = choice.setdefault("delta", {})
             if "role" in delta and delta["role"] is None:
@@ -517,6 +570,15 @@ async def _cancellable(call: Any, request: Request) -> httpx.Response | None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
             return None
+
+
+async def _native_tools(client: httpx.AsyncClient) -> bool:
+    """Whether llama-server's chat template renders tools and tool calls itself."""
+    try:
+        caps = (await client.get("/props", timeout=10)).json().get("chat_template_caps") or {}
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return False
+    return bool(caps.get("supports_tools") and caps.get("supports_tool_calls"))
 
 
 async def _warm_chat(client: httpx.AsyncClient) -> None:

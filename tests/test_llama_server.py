@@ -141,8 +141,13 @@ def test_chat_shapes_match_openai(smol: str) -> None:
     _, pieces = _events(
         smol, "/v1/completions", {"model": "smollm2", "prompt": "Once", "stream": True}
     )
-    for piece in pieces:
-        validate("CreateCompletionResponse", piece)
+    # OpenAI publishes no schema for legacy completion chunks; its stream sends
+    # finish_reason null until the last one, which must fit the whole-response schema
+    validate("CreateCompletionResponse", pieces[-1])
+    for piece in pieces[:-1]:
+        assert piece["choices"][0]["finish_reason"] is None
+        ended = {**piece["choices"][0], "finish_reason": "stop"}
+        validate("CreateCompletionResponse", {**piece, "choices": [ended]})
     assert [p for p in pieces if "usage" in p] == []
 
 
@@ -184,9 +189,11 @@ def test_json_schema_output_fits_the_schema(smol: str) -> None:
     assert isinstance(parsed.choices[0].message.parsed, Person)
     anything = _chat(
         smol,
-        messages=[{"role": "user", "content": "Give me a JSON object."}],
+        messages=[
+            {"role": "user", "content": "Reply with a JSON object with one key, ok, set to true."}
+        ],
         response_format={"type": "json_object"},
-        max_tokens=60,
+        max_tokens=150,
         temperature=0,
     )
     assert isinstance(json.loads(anything["choices"][0]["message"]["content"]), dict)
@@ -225,6 +232,23 @@ def test_tools_return_tool_calls_and_take_tool_messages(smol: str) -> None:
     assert call.function.name == "get_weather"  # type: ignore[union-attr]
     assert "city" in json.loads(call.function.arguments)  # type: ignore[union-attr]
     validate("CreateChatCompletionResponse", reply.model_dump(mode="json", exclude_unset=True))
+    streamed = list(
+        _client(smol).chat.completions.create(
+            model="smollm2",
+            messages=messages,
+            tools=tools,  # type: ignore[arg-type]
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            max_tokens=60,
+            temperature=0,
+            stream=True,
+        )
+    )
+    for chunk in streamed:
+        dumped = chunk.model_dump(mode="json", exclude_unset=True)
+        validate("CreateChatCompletionStreamResponse", dumped)
+    calls = [tc for c in streamed for tc in (c.choices[0].delta.tool_calls or [])]
+    assert [c.function.name for c in calls] == ["get_weather"]  # type: ignore[union-attr]
+    assert streamed[-1].choices[0].finish_reason == "tool_calls"
     messages += [
         choice.message.model_dump(exclude_none=True),
         {"role": "tool", "tool_call_id": call.id, "content": '{"celsius": 21}'},

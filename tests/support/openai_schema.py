@@ -57,10 +57,28 @@ def extract(spec: dict[str, Any], source: str) -> dict[str, Any]:
     return {"source": source, "components": {"schemas": dict(sorted(keep.items()))}}
 
 
+def _nullable(node: Any) -> Any:
+    """OpenAPI 3.0's ``nullable: true`` in JSON Schema terms (null is allowed too)."""
+    if isinstance(node, list):
+        return [_nullable(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _nullable(v) for k, v in node.items() if k != "nullable"}
+    if not node.get("nullable"):
+        return out
+    if isinstance(out.get("type"), str):
+        out["type"] = [out["type"], "null"]
+        if "enum" in out:
+            out["enum"] = [*out["enum"], None]
+        return out
+    return {"anyOf": [out, {"type": "null"}]}
+
+
 @cache
 def _document() -> dict[str, Any]:
     loaded: dict[str, Any] = json.loads(DATA.read_text(encoding="utf-8"))
-    return loaded
+    converted: dict[str, Any] = _nullable(loaded)
+    return converted
 
 
 def validate(name: str, instance: Any) -> None:
