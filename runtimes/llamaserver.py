@@ -158,9 +158,9 @@ def server_command(
         "--slots",
         "--jinja",
         "--no-warmup",  # the supervisor warms up through the API, which tests more
-        "--gpu-layers",
-        str(_gpu_layers(config, device)),
     ]
+    if device == "gpu" or config.gpu_layers is not None:
+        args += ["--gpu-layers", str(_gpu_layers(config, device))]
     if config.threads:
         args += ["--threads", str(config.threads), "--threads-batch", str(config.threads)]
     if config.batch_size:

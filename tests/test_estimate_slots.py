@@ -43,7 +43,8 @@ def logged_kv(model: Path, config: ServingConfig) -> list[float]:
     server = llama_server()
     assert server is not None
     with tempfile.TemporaryDirectory() as tmp:
-        command = server_command(server, model, config, f"{tmp}/s.sock")
+        # log verbosity 4: llama.cpp's own info lines (the KV-cache sizes) too
+        command = [*server_command(server, model, config, f"{tmp}/s.sock"), "-lv", "4"]
         proc = subprocess.Popen(
             command, env=server.env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
         )
