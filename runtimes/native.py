@@ -2,11 +2,13 @@
 
 One rule for every place that runs llama.cpp: the snap daemon (the component snapd mounts), the
 development build (``snapbuild.native``) and the tests. The catalog's cmake recipe installs with
-``CMAKE_INSTALL_PREFIX=/``, for which GNUInstallDirs puts libraries in ``usr/lib`` and programs in
-``usr/bin``; with ``GGML_BACKEND_DL`` the GGML backends (one CPU module per ISA level) are modules
-installed beside the programs, in ``usr/bin``; Debian libraries that snapcraft stages land in
-``usr/lib/<multiarch triplet>``. llama-server finds the backends next to itself; the Python
-binding does not load backends by itself, so :func:`load_binding` loads them from ``usr/bin``.
+``CMAKE_INSTALL_PREFIX=/usr`` and ``CMAKE_INSTALL_LIBDIR=lib``: libraries in ``usr/lib``,
+programs in ``usr/bin``. (With ``/`` as the prefix, GNUInstallDirs put some files in ``bin`` and
+``lib``, others in ``usr/bin`` and ``usr/lib``, and llama-server found no backend beside it.)
+Staged Debian libraries land in ``usr/lib/<multiarch triplet>`` (the recipe's ``library-paths``,
+data in the catalog). With ``GGML_BACKEND_DL`` the GGML backends (one CPU module per ISA level)
+are modules installed beside the programs, in ``usr/bin``. llama-server finds them next to
+itself; the Python binding does not load backends by itself, so :func:`load_binding` loads them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from runtimes.catalog import DEFAULT_LIBRARY_PATHS
+
 LINK_DIR = Path("lib") / "snapbuild-native"  # inside a venv: links to built component trees
 ROOT_VAR = "SNAPBUILD_LLAMA_ROOT"  # a component tree to use instead of the venv's link
 DEV_COMPONENT = "llamacpp-cpu"
@@ -29,6 +33,8 @@ class ComponentTree:
     """A llama.cpp runtime component's files, as the catalog's recipe installs them."""
 
     root: Path
+    # relative to the root, ``$ARCH_TRIPLET`` expanded: the recipe's ``library-paths``
+    library_paths: tuple[str, ...] = DEFAULT_LIBRARY_PATHS
 
     @property
     def bin_dir(self) -> Path:
@@ -45,8 +51,8 @@ class ComponentTree:
     @property
     def library_dirs(self) -> tuple[Path, ...]:
         """Our own libraries, then staged Debian ones (only the directories that exist)."""
-        usr_lib = self.root / "usr" / "lib"
-        dirs = [usr_lib, usr_lib / multiarch_triplet(), self.root / "lib"]
+        triplet = multiarch_triplet()
+        dirs = [self.root / p.replace("$ARCH_TRIPLET", triplet) for p in self.library_paths]
         return tuple(d for d in dirs if d.is_dir())
 
     def library_path(self, inherited: str | None = None) -> str:
@@ -94,12 +100,12 @@ def load_binding(tree: ComponentTree) -> None:
     if lib_dir is None:
         return
     os.environ["LLAMA_CPP_LIB_PATH"] = str(lib_dir)
-    mode = getattr(os, "RTLD_GLOBAL", 0)
     # Installed libraries carry no RUNPATH: load the dependencies first, by path, so that
-    # libllama's DT_NEEDED entries are already satisfied when the binding opens it.
+    # libllama's DT_NEEDED entries are already satisfied when the binding opens it. Locally
+    # (RTLD_LOCAL): exported globally, ggml's symbols crash OpenVINO in the same process.
     ggml = None
     for name in ("libggml-base.so", "libggml.so"):
-        ggml = ctypes.CDLL(str(lib_dir / name), mode=mode)
+        ggml = ctypes.CDLL(str(lib_dir / name), mode=os.RTLD_LOCAL)
     assert ggml is not None
     loader = ggml.ggml_backend_load_all_from_path
     loader.argtypes = [ctypes.c_char_p]

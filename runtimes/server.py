@@ -47,6 +47,7 @@ from snapbuild.errors import SnapbuildError, UsageError
 
 if TYPE_CHECKING:
     from runtimes.llamaserver import ServingConfig
+    from snapbuild.decision import Batching
     from snapbuild.manifest import Manifest
 
 __all__ = ["ApiError", "BodyLimit", "PortInUseError", "bind_socket", "create_app", "run"]
@@ -608,6 +609,7 @@ def run(
     serving: ServingConfig | None = None,
     llama_root: Path | None = None,
     cors_origins: Sequence[str] | None = None,
+    batching: Batching | None = None,
 ) -> None:
     """Serve ``manifest``'s ``engine_name`` until interrupted (``snapbuild serve``, snap daemon).
 
@@ -621,6 +623,7 @@ def run(
     import uvicorn
 
     from runtimes.catalog import load_catalog
+    from snapbuild.batching import load_options
 
     engine = manifest.engine(engine_name)
     if engine is None:
@@ -651,6 +654,7 @@ def run(
         threads=threads,
         llama_root=llama_root,
         chat_template=manifest.model.chat_template,
+        **load_options(batching),
     )
     chosen, choices = build_engine(
         options, model_id=manifest.name, metrics=metrics, serving=serving

@@ -74,7 +74,7 @@ def build_project(
         manifest, plan, catalog, source=source or SOURCE_DIR, grade=grade, sideload=sideload
     )
     check_names(project)
-    files = project_files(plan, project, filtered_manifest(manifest, plan))
+    files = project_files(plan, project, filtered_manifest(manifest, plan), catalog)
     return BuiltProject(manifest, plan, project, files, vendored_source=source is None)
 
 

@@ -54,6 +54,24 @@ class Serving(KebabModel):
         )
 
 
+# --- concurrent serving (issue 13): OpenVINO continuous batching, ONNX Runtime micro-batching --
+
+
+class Batching(KebabModel):
+    """How the engine serves concurrent requests, planned from the memory fit
+    (:mod:`snapbuild.batching`, table ``snapbuild/data/batching.yaml``)."""
+
+    mode: Literal["continuous", "one-at-a-time", "micro-batch"]
+    sequences: int  # continuous: generations decoding together; micro-batch: texts per batch
+    kv_cache_tokens: int | None = None  # continuous: paged KV cache, tokens over all sequences
+    kv_cache: int | None = None  # continuous: its estimated bytes (None: model shape unknown)
+    window_ms: float | None = None  # micro-batch: how long requests are gathered
+    why: str
+
+
+# --- end of concurrent serving ---------------------------------------------------------------
+
+
 class Candidate(KebabModel):
     """One engine judged against one host."""
 
@@ -73,6 +91,7 @@ class Candidate(KebabModel):
     rank: int | None = None  # 1 = best; None for incompatible engines
     slot: str | None = None  # PCI slot of the GPU/NPU the engine would use
     serving: Serving | None = None  # llama.cpp engines: the serving configuration
+    batching: Batching | None = None  # concurrent serving plan (None: not planned here)
 
 
 class Selected(KebabModel):
@@ -88,6 +107,7 @@ class Selected(KebabModel):
     slot: str | None = None
     why: str  # why it beat the runner-up, or why it is the only one
     serving: Serving | None = None
+    batching: Batching | None = None  # concurrent serving plan (None: not planned here)
 
 
 class Decision(KebabModel):

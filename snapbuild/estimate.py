@@ -2,10 +2,11 @@
 
 The KV cache is the part that grows with the context and the one that makes a model that
 "fits" on disk run out of memory: 2 (K and V) x layers x KV heads x head size x context x bytes
-per element, with sliding-window layers (Gemma 2/3) holding only their window. Compute buffers
-and runtime overhead are small but not zero; their constants are data
-(``snapbuild/data/estimate.yaml``), calibrated by ``benchmarks/memory_fit.py`` against what
-llama-cpp-python really adds to the process.
+per element, with sliding-window layers (Gemma 2/3) holding only their window. For llama.cpp the
+compute buffer follows llama.cpp's own reservation rules (``snapbuild/data/llama_cpp_memory.yaml``,
+applied in :mod:`snapbuild.estimate_llama`): it is what turns a model that fits at steady state
+into one the OOM killer restarts once a long prompt arrives, so the selector plans for the peak.
+Other families keep cautious constants (``snapbuild/data/estimate.yaml``).
 """
 
 from __future__ import annotations
@@ -117,19 +118,14 @@ def padded_context(context_size: int, family: Family) -> int:
     return math.ceil(context_size / pad) * pad
 
 
-def kv_cache_bytes(
-    shape: ModelShape,
-    context_size: int,
-    family: Family = "llama.cpp",
-    *,
-    bytes_per_element: float | None = None,
-) -> int:
-    """K and V for every layer of one sequence; sliding-window layers hold their window plus
-    one batch. ``bytes_per_element``: a quantized cache's (default: the family's)."""
+def kv_cache_bytes(shape: ModelShape, context_size: int, family: Family = "llama.cpp") -> int:
+    """K and V for every layer; sliding-window layers hold their window plus one batch."""
+    if family == "llama.cpp":
+        from snapbuild.estimate_llama import LlamaRun, kv_bytes
+
+        return kv_bytes(shape, context_size, LlamaRun())
     consts = family_constants(family)
-    per_elem = float(
-        consts["kv-bytes-per-element"] if bytes_per_element is None else bytes_per_element
-    )
+    per_elem = float(consts["kv-bytes-per-element"])
     if per_elem == 0 or shape.kind == "embeddings":
         return 0
     ctx = padded_context(context_size, family)
@@ -149,6 +145,11 @@ def compute_bytes(
     """What grows besides weights and KV. Steady state: vocabulary tables and logits (what a
     short prompt and decoding touch). ``peak``: plus one full batch's activations and attention
     scores, which a long prompt touches while it is processed."""
+    if family == "llama.cpp":
+        from snapbuild.estimate_llama import LlamaRun, compute_peak, compute_steady
+
+        run = LlamaRun()
+        return compute_peak(shape, context_size, run) if peak else compute_steady(shape, run)
     consts = family_constants(family)
     c = consts["compute"]
     total = float(c["vocab-bytes-per-token"]) * (shape.vocab_size or 0)
@@ -180,7 +181,7 @@ def estimate(
     includes the compute a full prompt batch touches (what the selector plans for)."""
     kv = kv_cache_bytes(shape, context_size, family)
     compute = compute_bytes(shape, context_size, family, peak=peak)
-    overhead = int(family_constants(family)["overhead"])
+    overhead = host_overhead(shape, family)
     return Breakdown(
         total=shape.weights + kv + compute + overhead,
         weights=shape.weights,
@@ -189,6 +190,16 @@ def estimate(
         overhead=overhead,
         context_size=context_size,
     )
+
+
+def host_overhead(shape: ModelShape | None, family: Family = "llama.cpp") -> int:
+    """Host memory the runtime takes besides weights, KV and compute: a fixed part and, for
+    llama.cpp, the vocabulary tables (per vocabulary entry)."""
+    consts = family_constants(family)
+    fixed = int(consts["overhead"])
+    per_token = float(consts.get("vocab-table-bytes-per-token", 0))
+    vocab = shape.vocab_size if shape is not None else None
+    return fixed + int(per_token * (vocab or 0))
 
 
 def with_headroom(total: int) -> int:

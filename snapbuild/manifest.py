@@ -41,6 +41,19 @@ def _check_sha256(value: str) -> str:
 
 
 Sha256 = Annotated[str, AfterValidator(_check_sha256)]
+# snap metadata links: a web address, or (contact, issues) a mailto: address
+_LINK_RE = re.compile(r"^(https?://[^\s]+|mailto:[^\s@]+@[^\s@]+)$")
+
+
+def _check_link(value: str) -> str:
+    if not _LINK_RE.match(value):
+        raise ValueError(
+            f"{value!r} is not a link: use an https:// (or http://) address, or mailto:ADDRESS"
+        )
+    return value
+
+
+Link = Annotated[str, AfterValidator(_check_link)]
 
 
 def _check_name(value: str, what: str) -> str:
@@ -229,8 +242,16 @@ class Manifest(KebabModel):
     title: str
     summary: str = Field(max_length=78)  # the Store's summary limit
     description: str
+    # An SPDX expression (Apache-2.0, MIT OR Apache-2.0) or the name of other terms (Gemma):
+    # the snap declares `license:` only for SPDX expressions, the only kind snapd accepts.
     license: str
+    license_url: Link | None = None  # where the licence terms are published
     version: str = Field(max_length=32)
+    # the snap's links (snap.yaml `links:`, shown by `snap info`); optional
+    website: Link | None = None
+    source_code: Link | None = None
+    issues: Link | None = None
+    contact: Link | None = None
     base: Literal["core22", "core24"] = "core24"
     architectures: tuple[Architecture, ...] = Field(min_length=1)
     default_port: int = Field(default=8080, ge=1, le=65535)

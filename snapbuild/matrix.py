@@ -85,8 +85,8 @@ def format_matrix(entries: list[dict[str, Any]], fmt: str) -> str:
 
 def _setup_steps(install: str) -> list[dict[str, Any]]:
     return [
-        {"uses": "actions/checkout@v4"},
-        {"uses": "actions/setup-python@v5", "with": {"python-version": "3.12"}},
+        {"uses": "actions/checkout@v7"},
+        {"uses": "actions/setup-python@v7", "with": {"python-version": "3.12"}},
         {"name": "Install snapbuild", "run": install},
     ]
 
@@ -135,7 +135,7 @@ def workflow_data(
     }
     upload_step = {
         "name": "Upload the snap and components",
-        "uses": "actions/upload-artifact@v4",
+        "uses": "actions/upload-artifact@v7",
         "with": {
             "name": "${{ matrix.id }}",
             "path": "build/snap/*.snap\nbuild/snap/*.comp\n",

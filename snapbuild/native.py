@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runtimes.catalog import NativeBuild, RuntimeCatalog, load_catalog
-from runtimes.native import LINK_DIR
+from runtimes.native import LINK_DIR, ComponentTree
 from snapbuild.errors import SnapbuildError, UsageError
 from snapbuild.paths import cache_dir
 
@@ -78,7 +78,8 @@ def _native_ids(catalog: RuntimeCatalog) -> list[str]:
 def built_from(recipe: NativeBuild) -> dict[str, object]:
     """The part of a recipe that decides what cmake builds (package lists do not: the machine
     provides them here, snapcraft stages them in a real build)."""
-    return recipe.model_dump(mode="json", include={"source", "source_commit", "cmake_parameters"})
+    fields = {"source", "source_commit", "cmake_parameters", "remove_after_install"}
+    return recipe.model_dump(mode="json", include=fields)
 
 
 def build_key(recipe: NativeBuild, source: NativeSource) -> str:
@@ -158,6 +159,15 @@ def build_component(
     log = log or work / "build.log"
     for step in steps:
         _run(step, what=f"build {component} ({' '.join(step[:3])}...)", cwd=build, env=env, log=log)
+    for path in recipe.remove_after_install:  # the part's override-build does the same
+        (install / path).unlink(missing_ok=True)
+    missing = ComponentTree(install).problems() if component.startswith("llamacpp") else []
+    if missing:
+        raise SnapbuildError(
+            f"{component} built, but not laid out as the loader expects (runtimes/native.py)",
+            details="missing: " + "; ".join(missing) + f"\ninstalled tree kept at {install}",
+            resolution="fix the recipe's install directories (cmake-parameters) and rebuild",
+        )
     stamp = {
         "runtime": runtime_id,
         "recipe": built_from(recipe),

@@ -26,17 +26,18 @@ from typing import Any
 
 from hwprobe.profile import GpuFacts, HostProfile, NpuFacts, ProbeWarning
 from runtimes.catalog import RuntimeEntry, load_catalog
+from snapbuild.batching import plan_batching
 from snapbuild.decision import Candidate, Decision, DeviceClass, MemoryEstimate, Selected
 from snapbuild.errors import UsageError
 from snapbuild.estimate import (
     ModelShape,
     _data,
-    estimate,
-    family_constants,
+    host_overhead,
     quantization_bits,
     shape_from_facts,
     with_headroom,
 )
+from snapbuild.estimate_llama import Pool, device_overhead, plan_memory, runtime_device
 from snapbuild.manifest import Condition, Engine, GpuRequirement, Manifest
 from snapbuild.serving import plan
 
@@ -418,12 +419,22 @@ def _contexts(manifest: Manifest, engine: Engine) -> tuple[int, int]:
     return top, low
 
 
-def _required(shape: ModelShape | None, weights: int, ctx: int, family: str) -> MemoryEstimate:
+def _required(
+    shape: ModelShape | None,
+    weights: int,
+    ctx: int,
+    family: str,
+    device: str = "cpu",
+    pool: str = "ram",
+) -> MemoryEstimate:
+    """The peak (a prompt that fills the context) on ``device``, plus the headroom."""
     if shape is None:  # facts too thin: weights and overhead only, said in the reasons
-        overhead = int(family_constants(family)["overhead"])
+        host = host_overhead(None, family) if pool == "ram" else 0
+        overhead = host + device_overhead(device)
         total, kv, compute = weights + overhead, 0, 0
     else:
-        b = estimate(shape, ctx, family, peak=True)
+        where: Pool = "vram" if pool == "vram" else "ram"
+        b = plan_memory(shape, ctx, family, device=device, pool=where).peak
         total, kv, compute, overhead = b.total, b.kv_cache, b.compute, b.overhead
     return MemoryEstimate(
         weights=weights,
@@ -450,8 +461,10 @@ def _fit(
     top, low = _contexts(manifest, engine)
     pool, available, label, exact = _pool(device, host)
 
+    dev = runtime_device(entry.id)
+
     def need(ctx: int) -> MemoryEstimate:
-        est = _required(shape, weights, ctx, entry.family)
+        est = _required(shape, weights, ctx, entry.family, dev, pool)
         return est.model_copy(update={"available": available, "pool": pool})
 
     if shape is None:
@@ -470,7 +483,10 @@ def _fit(
         )
         return Fit(best, top, verified=False)
     if best.required <= available:
-        v.ok(f"{label} {gib(available)} ≥ {gib(best.required)} needed at context {top}")
+        v.ok(
+            f"{label} {gib(available)} ≥ {gib(best.required)} needed at context {top} "
+            f"(full-context peak, margin {gib(available - best.required)})"
+        )
         if not exact:
             v.warnings.append(
                 f"{engine.name}: available RAM not reported; fit checked against total"
@@ -487,7 +503,8 @@ def _fit(
     chosen = need(ctx)
     v.ok(
         f"{label} {gib(available)} ≥ {gib(chosen.required)} needed at context {ctx} "
-        f"(stepped down from {top}: {gib(best.required)} needed there)"
+        f"(full-context peak, margin {gib(available - chosen.required)}; "
+        f"stepped down from {top}: {gib(best.required)} needed there)"
     )
     return Fit(chosen, ctx, verified=exact)
 
@@ -610,7 +627,15 @@ def judge(
     shape = _shape(manifest, engine)
     if compatible and entry.serving == "llama-server" and shape and fit.context:
         available = fit.memory.available if fit.memory else None
-        serving = plan(shape, fit.context, runtime=entry.id, device=device.cls, available=available)
+        pool = fit.memory.pool if fit.memory else "ram"
+        serving = plan(
+            shape,
+            fit.context,
+            runtime=entry.id,
+            device=device.cls,
+            available=available,
+            pool=pool,
+        )
     cand = Candidate(
         engine=engine.name,
         runtime=entry.id,
@@ -627,6 +652,7 @@ def judge(
         estimated_tokens_per_second=tps,
         slot=device.slot,
         serving=serving,
+        batching=plan_batching(entry.id, fit.memory, fit.context) if compatible else None,
     )
     return Judged(cand, device.accel, fit.verified, index, v.warnings)
 
@@ -747,6 +773,7 @@ def select(
             artifact=c.artifact,
             quantization=c.quantization,
             slot=c.slot,
+            batching=c.batching,
             why=_why(winner, runner, len(judged) - len(ranked), engine is not None),
             serving=c.serving,
         )

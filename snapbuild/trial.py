@@ -214,7 +214,19 @@ def assemble_prime(trial: Trial, arch: str) -> dict[str, Any]:
     (trial.prime / "snapbuild").mkdir(exist_ok=True)
     for item in data_src.iterdir() if data_src.is_dir() else ():
         shutil.copy2(item, trial.prime / "snapbuild" / item.name)
+    _prime_doc(trial, snapcraft)
     return snapcraft
+
+
+def _prime_doc(trial: Trial, snapcraft: dict[str, Any]) -> None:
+    """The licence notice, where the project's doc part organizes it (usr/share/doc/<snap>/)."""
+    from snapbuild.build.project import DOC_SOURCE_DIR
+
+    part = (snapcraft.get("parts") or {}).get(DOC_SOURCE_DIR) or {}
+    target = str((part.get("organize") or {}).get("*", "")).strip("/")
+    source = trial.project / DOC_SOURCE_DIR
+    if target and source.is_dir():
+        shutil.copytree(source, trial.prime / target, dirs_exist_ok=True)
 
 
 def stage_components(
@@ -262,12 +274,16 @@ def stage_components(
 
 def _native_tree(family: str, component: str) -> Path | bool:
     """The built tree of a runtime's cmake part (llama.cpp), True when it has none, False when
-    it needs one that this machine has not built (``make install`` builds the CPU one)."""
+    it needs one that this machine has not built (``make install`` builds the CPU one).
+
+    A GPU build (CUDA, ROCm, Vulkan) cannot be made here; a trial of a replayed GPU machine
+    stages the CPU build in its place, and the runtime then says it runs on the CPU.
+    """
     if family != "llama.cpp":
         return True
     from runtimes.native import ComponentTree, component_root
 
-    root = component_root(component)
+    root = component_root(component) or component_root()
     if root is None or ComponentTree(root).problems():
         return False
     return root

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from hwprobe.profile import HostProfile
+from snapbuild.decision import Decision
 from snapbuild.errors import EXIT_NO_ENGINE, SnapbuildError
 from snapbuild.threads import default_threads
 from snaps import artifacts
@@ -100,7 +101,7 @@ def wait_for_components(ctx: Context, engine: str, timeout: float | None = None)
     return ctx.env.component_dir(components_for(ctx.manifest, engine)[0])
 
 
-def prepare_imports(runtime_dir: Path) -> None:
+def prepare_imports(runtime_dir: Path, library_paths: tuple[str, ...] | None = None) -> None:
     """Make the runtime component's Python packages and native libraries loadable.
 
     The library directories come from the one layout rule (:class:`runtimes.native.
@@ -114,7 +115,7 @@ def prepare_imports(runtime_dir: Path) -> None:
     site = runtime_dir / "lib" / "python3" / "site-packages"
     if site.is_dir():
         sys.path.insert(0, str(site))
-    tree = ComponentTree(runtime_dir)
+    tree = ComponentTree(runtime_dir, *(() if library_paths is None else (library_paths,)))
     if tree.server.is_file() or (tree.root / "usr" / "lib" / "libllama.so").exists():
         os.environ[ROOT_VAR] = str(tree.root)
     current = os.environ.get("LD_LIBRARY_PATH", "")
@@ -124,6 +125,16 @@ def prepare_imports(runtime_dir: Path) -> None:
         env["LD_LIBRARY_PATH"] = tree.library_path(current or None)
         env[REEXEC_MARK] = "1"
         os.execve(sys.executable, [sys.executable, "-m", "snaps.cli", "daemon"], env)
+
+
+def runtime_library_paths(decision: Decision) -> tuple[str, ...] | None:
+    """The engine's runtime component library directories, as its recipe lists them."""
+    from runtimes.catalog import load_catalog
+
+    assert decision.selected is not None
+    entry = load_catalog().get(decision.selected.runtime)
+    native = entry.build.native if entry and entry.build else None
+    return native.library_paths if native else None
 
 
 def check_fit(ctx: Context, engine: str, forced: bool) -> HostProfile:
@@ -206,7 +217,7 @@ def _run(ctx: Context) -> None:
     settings = ctx.settings(decision=decision)
     host = check_fit(ctx, engine, state.forced)
     runtime_dir = wait_for_components(ctx, engine)
-    prepare_imports(runtime_dir)
+    prepare_imports(runtime_dir, runtime_library_paths(decision))
     note(ctx, "preparing", f"preparing the weights of {engine}")
     model_path = artifacts.ready(ctx.env, ctx.manifest, engine, log)
     engine_entry = ctx.manifest.engine(engine)
@@ -239,6 +250,7 @@ def _run(ctx: Context) -> None:
         serving=serving,
         llama_root=runtime_dir,  # the llama.cpp component tree (usr/bin/llama-server)
         cors_origins=settings.origins(),
+        batching=decision.selected.batching,
         on_listening=lambda host, port: note(
             ctx, "serving", f"serving {engine} on http://{host}:{port}/v1"
         ),

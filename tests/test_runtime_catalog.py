@@ -138,3 +138,15 @@ def test_variants_cover_every_runtime() -> None:
             assert homes == ["cpu", "nvidia", "amd", "intel"], entry.id
         else:
             assert sorted(homes) == sorted(entry.vendors), entry.id
+
+
+def test_gpu_runtimes_use_snapcrafts_gpu_extension() -> None:
+    """GPU runtimes reach Mesa/Vulkan/NVIDIA userspace through the gpu extension; no bare
+    gpu-2404 plug is declared, and the NPU plug names the driver snap's custom device."""
+    for entry in CATALOG.runtimes:
+        assert entry.extensions == (("gpu",) if entry.device == "gpu" else ()), entry.id
+    assert "gpu-2404" not in CATALOG.plug_definitions
+    assert CATALOG.plug_definitions["intel-npu"] == {
+        "interface": "custom-device",
+        "custom-device": "intel-npu-device",
+    }

@@ -73,7 +73,7 @@ def test_nvidia_with_enough_vram_gets_cuda_and_q8_when_fast_enough() -> None:
         "snap built for amd64",
         "NVIDIA GeForce RTX at 0000:01:00.0 (discrete)",
         "compute capability 8.6 ≥ 5.0",
-        "NVIDIA VRAM 12.0 GiB ≥ 4.9 GiB needed at context 8192",
+        "NVIDIA VRAM 12.0 GiB ≥ 5.8 GiB needed at context 8192 (full-context peak, margin 6.2 GiB)",
     )
     assert decision.precedence == PRECEDENCE
 
@@ -82,7 +82,7 @@ def test_small_nvidia_gpu_is_rejected_for_memory_with_both_figures() -> None:
     decision = select(load_manifest("gemma3"), host(gpus=(nvidia(2 * GIB),)))
     cuda = decision.candidate("cuda")
     assert cuda is not None and cuda.blockers == (
-        "NVIDIA VRAM 2.0 GiB < 3.0 GiB needed even at the minimum context 2048 (3.2 GiB at 8192)",
+        "NVIDIA VRAM 2.0 GiB < 4.0 GiB needed even at the minimum context 2048 (4.1 GiB at 8192)",
     )
     assert decision.selected is not None and decision.selected.device == "cpu"
 
@@ -93,11 +93,11 @@ def test_unknown_vram_is_accepted_with_a_warning_and_ranked_after_verified_fits(
     assert decision.selected is not None and decision.selected.engine == "cuda"
     cuda = decision.candidate("cuda")
     assert cuda is not None and cuda.reasons[-1] == (
-        "NVIDIA VRAM unknown (NVML unavailable or no driver answer): 3.2 GiB needed at "
+        "NVIDIA VRAM unknown (NVML unavailable or no driver answer): 4.1 GiB needed at "
         "context 8192, fit not verified"
     )
     messages = [w.message for w in decision.warnings]
-    assert "cuda: VRAM of the GPU unknown; 3.2 GiB needed, fit not verified" in messages
+    assert "cuda: VRAM of the GPU unknown; 4.1 GiB needed, fit not verified" in messages
 
 
 def test_nominal_vram_of_a_known_device_is_used_when_nvml_is_missing() -> None:
@@ -105,8 +105,8 @@ def test_nominal_vram_of_a_known_device_is_used_when_nvml_is_missing() -> None:
     decision = select(load_manifest("gemma3"), host(gpus=(mx250,)))
     cuda = decision.candidate("cuda")
     assert cuda is not None and cuda.blockers == (
-        "NVIDIA VRAM (nominal for device 0x1d13, not read from the driver) 2.0 GiB < 3.0 GiB "
-        "needed even at the minimum context 2048 (3.2 GiB at 8192)",
+        "NVIDIA VRAM (nominal for device 0x1d13, not read from the driver) 2.0 GiB < 4.0 GiB "
+        "needed even at the minimum context 2048 (4.1 GiB at 8192)",
     )
 
 
@@ -150,8 +150,8 @@ def test_context_steps_down_to_the_largest_that_fits() -> None:
     assert decision.selected.context_size == 1280
     assert cand.memory.required <= cand.memory.available  # type: ignore[operator]
     assert cand.reasons[-1] == (
-        "RAM available 205 MiB ≥ 197 MiB needed at context 1280 "
-        "(stepped down from 4096: 320 MiB needed there)"
+        "RAM available 205 MiB ≥ 195 MiB needed at context 1280 "
+        "(full-context peak, margin 10 MiB; stepped down from 4096: 324 MiB needed there)"
     )
 
 

@@ -20,6 +20,7 @@ from snapbuild.build.plan import BuildPlan, ComponentPlan, Piece, download_name
 from snapbuild.errors import UsageError
 from snapbuild.manifest import Manifest
 from snapbuild.paths import templates_dir
+from snapbuild.spdx import license_problem
 
 # core24's python3; the python plugin installs packages into this venv directory.
 PYTHON_SITE_PACKAGES = "lib/python3.12/site-packages"
@@ -27,6 +28,23 @@ PYTHON_SITE_PACKAGES = "lib/python3.12/site-packages"
 COMPONENT_SITE_PACKAGES = "lib/python3/site-packages"
 SUMMARY_LIMIT = 78
 GRADES = ("stable", "devel")
+# The local source of the python parts that only install pinned python-packages: snapcraft's
+# python plugin requires a `source`, and this directory (written by make) holds no project.
+RUNTIME_SOURCE_DIR = "snapbuild-runtime"
+DOC_SOURCE_DIR = "snapbuild-doc"
+LINKS = ("website", "source-code", "issues", "contact")
+# snapd loads the intel-npu-driver snap's user-mode driver from the npu-libs content target.
+NPU_LIBRARY_PATH = "$SNAP/usr/lib/npu-libs-2404"
+
+
+def snap_license(text: str) -> str | None:
+    """``text`` when snapd accepts it as a licence (an SPDX expression of the identifiers in
+    its list, snapbuild/data/snapd_licenses.yaml), else None: the key is left out.
+
+    snapd refuses to pack a snap whose licence it does not know ("Gemma"); such terms go to
+    usr/share/doc/<snap>/ instead, as Canonical's snaps do.
+    """
+    return text if license_problem(text) is None else None
 
 
 @cache
@@ -60,25 +78,56 @@ def project_data(
         "version": manifest.version,
         "summary": manifest.summary,
         "description": manifest.description,
-        "license": manifest.license,
-        "base": fixed.pop("base"),
-        "confinement": fixed.pop("confinement"),
-        "grade": _grade(manifest, plan, grade),
-        "compression": fixed.pop("compression"),
-        "assumes": fixed.pop("assumes"),
-        "platforms": {a: {"build-on": [a], "build-for": [a]} for a in plan.architectures},
     }
+    licence = snap_license(manifest.license)
+    if licence is not None:
+        data["license"] = licence
+    data.update({link: getattr(manifest, link.replace("-", "_")) for link in LINKS})
+    data = {k: v for k, v in data.items() if v is not None}
+    data.update(
+        {
+            "base": fixed.pop("base"),
+            "confinement": fixed.pop("confinement"),
+            "grade": _grade(manifest, plan, grade),
+            "compression": fixed.pop("compression"),
+            "assumes": fixed.pop("assumes"),
+            "platforms": {a: {"build-on": [a], "build-for": [a]} for a in plan.architectures},
+        }
+    )
+    repositories = _package_repositories(plan, catalog)
+    if repositories:
+        data["package-repositories"] = repositories
+    data["environment"] = fixed.pop("environment")
     device_plugs = _device_plugs(plan)
     plug_defs = {
         p: dict(catalog.plug_definitions[p]) for p in device_plugs if p in catalog.plug_definitions
     }
     if plug_defs:
         data["plugs"] = plug_defs
-    data["apps"] = _apps(manifest.name, fixed["apps"], device_plugs, sideload)
+    extensions = _extensions(plan, catalog)
+    data["apps"] = _apps(manifest.name, fixed["apps"], device_plugs, extensions, sideload)
     data["hooks"] = _hooks(fixed["hooks"], device_plugs)
     data["components"] = {c.name: _component(manifest, plan, c, catalog) for c in plan.components}
-    data["parts"] = _parts(plan, catalog, fixed["parts"], source)
+    data["parts"] = _parts(manifest.name, plan, catalog, fixed["parts"], source)
     return data
+
+
+def _package_repositories(plan: BuildPlan, catalog: RuntimeCatalog) -> list[dict[str, Any]]:
+    """The extra apt repositories the kept runtimes' packages come from (each listed once)."""
+    out: list[dict[str, Any]] = []
+    for comp in plan.components:
+        entry = catalog.get(comp.runtimes[0]) if comp.kind == "runtime" else None
+        native = entry.build.native if entry and entry.build else None
+        for repo in native.package_repositories if native else ():
+            if repo not in out:
+                out.append(copy.deepcopy(repo))
+    return out
+
+
+def _extensions(plan: BuildPlan, catalog: RuntimeCatalog) -> list[str]:
+    """snapcraft extensions the kept runtimes need (``gpu`` for GPU runtimes), in order."""
+    found = (catalog.get(e.runtime) for e in plan.engines)
+    return list(dict.fromkeys(x for entry in found if entry for x in entry.extensions))
 
 
 def _grade(manifest: Manifest, plan: BuildPlan, grade: str | None) -> str:
@@ -102,12 +151,22 @@ def _device_plugs(plan: BuildPlan) -> list[str]:
 
 
 def _apps(
-    snap: str, fixed: dict[str, Any], device_plugs: list[str], sideload: bool
+    snap: str,
+    fixed: dict[str, Any],
+    device_plugs: list[str],
+    extensions: list[str],
+    sideload: bool,
 ) -> dict[str, Any]:
     cli = fixed["cli"]
     cli["plugs"] = cli["plugs"] + device_plugs + (["home"] if sideload else [])
     server = fixed["server"]
-    server["plugs"] = server["plugs"] + device_plugs
+    server["plugs"] = server["plugs"] + [p for p in device_plugs if p not in server["plugs"]]
+    for app in (cli, server):
+        if extensions:
+            app["extensions"] = list(extensions)
+        if "npu-libs" in device_plugs:
+            # the NPU user-mode driver comes from the npu-libs content snap
+            app["environment"] = {"LD_LIBRARY_PATH": f"$LD_LIBRARY_PATH:{NPU_LIBRARY_PATH}"}
     return {snap: cli, "server": server}
 
 
@@ -153,15 +212,21 @@ def _component(
 
 
 def _parts(
-    plan: BuildPlan, catalog: RuntimeCatalog, fixed: dict[str, Any], source: str
+    snap: str, plan: BuildPlan, catalog: RuntimeCatalog, fixed: dict[str, Any], source: str
 ) -> dict[str, Any]:
     parts: dict[str, Any] = {"snapbuild": {"source": source, **fixed["snapbuild"]}}
     parts["snapbuild-data"] = fixed["snapbuild-data"]
+    parts["snapbuild-doc"] = {**fixed["snapbuild-doc"], "organize": {"*": doc_dir(snap) + "/"}}
     for comp in plan.components:
         if comp.kind == "runtime":
             parts.update(_runtime_parts(comp, catalog))
     parts.update(_artifact_parts(plan))
     return parts
+
+
+def doc_dir(snap: str) -> str:
+    """Where the snap's licence notice lands in the prime tree."""
+    return f"usr/share/doc/{snap}"
 
 
 def _into(component: str) -> str:
@@ -194,12 +259,19 @@ def _native_part(component: str, native: NativeBuild) -> dict[str, Any]:
         "cmake-parameters": list(native.cmake_parameters),
     }
     _packages(part, native.build_packages, native.stage_packages)
+    if native.remove_after_install:
+        removals = " ".join(f'"$CRAFT_PART_INSTALL/{path}"' for path in native.remove_after_install)
+        part["override-build"] = f"craftctl default\nrm -f {removals}\n"
     part["organize"] = {"*": f"{_into(component)}/"}
     return part
 
 
 def _python_part(component: str, python: PythonBuild, after: list[str]) -> dict[str, Any]:
-    part: dict[str, Any] = {"plugin": "python", "python-packages": list(python.python_packages)}
+    part: dict[str, Any] = {
+        "plugin": "python",
+        "source": RUNTIME_SOURCE_DIR,
+        "python-packages": list(python.python_packages),
+    }
     if python.build_environment:
         part["build-environment"] = [{k: v} for k, v in python.build_environment.items()]
     _packages(part, python.build_packages, python.stage_packages)

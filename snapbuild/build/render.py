@@ -18,10 +18,16 @@ from typing import Any
 import jinja2
 import yaml
 
+from runtimes.catalog import DEFAULT_LIBRARY_PATHS, RuntimeCatalog
 from snapbuild import __version__
 from snapbuild.build.naming import KNOWN_HOOKS
 from snapbuild.build.plan import BuildPlan
-from snapbuild.build.project import COMPONENT_SITE_PACKAGES
+from snapbuild.build.project import (
+    COMPONENT_SITE_PACKAGES,
+    DOC_SOURCE_DIR,
+    RUNTIME_SOURCE_DIR,
+    snap_license,
+)
 from snapbuild.errors import UsageError
 from snapbuild.paths import templates_dir
 
@@ -94,7 +100,13 @@ def render(template: str, **values: Any) -> str:
     )
 
 
-def engine_data(plan: BuildPlan) -> dict[str, Any]:
+def _library_paths(catalog: RuntimeCatalog, runtime_id: str) -> list[str]:
+    entry = catalog.get(runtime_id)
+    native = entry.build.native if entry and entry.build else None
+    return list(native.library_paths if native else DEFAULT_LIBRARY_PATHS)
+
+
+def engine_data(plan: BuildPlan, catalog: RuntimeCatalog) -> dict[str, Any]:
     """``$SNAP/snapbuild/components.yaml``: what each engine needs installed, where files live.
 
     ``artifacts`` maps every artifact file to its component, or, for a file stored in pieces,
@@ -108,8 +120,11 @@ def engine_data(plan: BuildPlan) -> dict[str, Any]:
                 "kind": "runtime",
                 "runtimes": list(comp.runtimes),
                 "python-path": COMPONENT_SITE_PACKAGES,
-                # $ARCH_TRIPLET is the Debian multiarch triplet, e.g. x86_64-linux-gnu.
-                "library-paths": ["lib", "usr/lib/$ARCH_TRIPLET"],
+                # relative to the component; $ARCH_TRIPLET is the snap environment's variable
+                # (the Debian multiarch triplet, e.g. x86_64-linux-gnu)
+                "library-paths": _library_paths(catalog, comp.runtimes[0]),
+                # llama-server and the GGML backends (loaded from the executable's directory)
+                "executable-paths": ["usr/bin"],
             }
         else:
             components[comp.name] = {
@@ -155,7 +170,10 @@ def _artifact_files(plan: BuildPlan) -> dict[str, Any]:
 
 
 def project_files(
-    plan: BuildPlan, project: dict[str, Any], manifest_data: dict[str, Any]
+    plan: BuildPlan,
+    project: dict[str, Any],
+    manifest_data: dict[str, Any],
+    catalog: RuntimeCatalog,
 ) -> dict[str, str]:
     """Every text file of the project, by path relative to the output directory."""
     files = {
@@ -172,8 +190,16 @@ def project_files(
     files["snapbuild-data/components.yaml"] = render(
         "snap/data.yaml.j2",
         what="Engines, their components and split files",
-        data=engine_data(plan),
+        data=engine_data(plan, catalog),
     )
+    files[f"{DOC_SOURCE_DIR}/copyright"] = render(
+        "snap/copyright.j2",
+        snap=plan.model,
+        manifest=manifest_data,
+        spdx=snap_license(manifest_data["license"]),
+    )
+    if any(p.get("source") == RUNTIME_SOURCE_DIR for p in project["parts"].values()):
+        files[f"{RUNTIME_SOURCE_DIR}/README.md"] = render("snap/runtime-source.md.j2")
     return files
 
 

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,6 +15,9 @@ from snapbuild.decision import Serving
 from snapbuild.errors import NoEngineError, UsageError
 from snapbuild.manifest import Manifest
 from snapbuild.threads import default_threads as _threads
+
+if TYPE_CHECKING:
+    from snapbuild.decision import Batching
 
 
 def _port(value: str) -> int | str:
@@ -29,9 +33,10 @@ def _port(value: str) -> int | str:
 
 def _choose_engine(
     manifest: Manifest, host: HostProfile, engine: str | None
-) -> tuple[str, int | None, Serving | None]:
-    """The engine to serve, the context size the selector chose for it (None: default) and
-    its serving configuration (llama.cpp engines)."""
+) -> tuple[str, int | None, Serving | None, Batching | None]:
+    """The engine to serve, the context size the selector chose for it (None: default), its
+    serving configuration (llama.cpp engines) and its plan for concurrent requests (the
+    in-process engines; None: one at a time)."""
     try:
         from snapbuild.selector import select
     except ImportError:
@@ -40,7 +45,7 @@ def _choose_engine(
                 "the selector is not available in this installation",
                 resolution="name the engine with --engine",
             ) from None
-        return engine, None, None
+        return engine, None, None, None
     if engine is not None and manifest.engine(engine) is None:
         raise UsageError(
             f"the manifest {manifest.name!r} has no engine {engine!r}",
@@ -56,7 +61,8 @@ def _choose_engine(
             details="\n".join(blockers),
             resolution=f"see `snapbuild why-not {manifest.name}`, or force one with --engine",
         )
-    return decision.selected.engine, decision.selected.context_size, decision.selected.serving
+    selected = decision.selected
+    return selected.engine, selected.context_size, selected.serving, selected.batching
 
 
 @click.command("serve")
@@ -102,7 +108,7 @@ def serve_cmd(
     manifest = load_manifest(model)
     port = _port(port_text) if port_text else manifest.default_port
     profile = hwprobe.probe()
-    engine_name, selected_context, plan = _choose_engine(manifest, profile, engine)
+    engine_name, selected_context, plan, batching = _choose_engine(manifest, profile, engine)
     chosen = manifest.engine(engine_name)
     assert chosen is not None
     artifact = manifest.artifact(chosen.artifact)
@@ -137,6 +143,7 @@ def serve_cmd(
         on_listening=listening,
         serving=serving,
         llama_root=llama_root,
+        batching=batching,
     )
 
 
@@ -157,7 +164,7 @@ def fetch_cmd(model: str, engine: str | None, record: bool, as_json: bool) -> No
 
     manifest = load_manifest(model)
     if engine is None and len({e.artifact for e in manifest.engines}) > 1:
-        engine, _, _ = _choose_engine(manifest, _probe(), None)
+        engine, _, _, _ = _choose_engine(manifest, _probe(), None)
     artifact = engine_artifact(manifest, engine)
     progress = None if as_json else tqdm_progress
     command = f"snapbuild fetch {shlex.quote(model)}" + (

@@ -38,11 +38,17 @@ def write_shape_gguf(
     seed: int = 0,
     architecture: str = "llama",
     sliding_window: int | None = None,
+    vocab: int | None = None,
+    tied: bool = False,
 ) -> Path:
     """Write a GGUF whose matrices are ``dtype`` (F32, F16 or Q8_0).
 
     ``architecture`` is ``llama`` or ``gemma3``; ``sliding_window`` (gemma3 only) turns on
-    llama.cpp's interleaved sliding-window attention with that window.
+    llama.cpp's interleaved sliding-window attention with that window. ``vocab`` pads the tiny
+    tokenizer with unreachable filler tokens up to a realistic vocabulary (32k, 128k, 262k),
+    which is what sizes llama.cpp's logits; ``tied`` drops ``output.weight`` (llama.cpp then
+    reuses the token embeddings, as Gemma does), which with a narrow embedding keeps a
+    262k-token file at a few tens of MB.
     """
     import gguf
 
@@ -52,6 +58,11 @@ def write_shape_gguf(
         raise ValueError("sliding_window needs architecture='gemma3' (llama has no SWA)")
     rng = np.random.default_rng(seed)
     tokens, types, merges = tokenizer_vocab()
+    if vocab is not None:
+        if vocab < len(tokens):
+            raise ValueError(f"vocab must be at least {len(tokens)}, not {vocab}")
+        tokens = tokens + [f"filler{i:06d}" for i in range(vocab - len(tokens))]
+        types = types + [1] * (vocab - len(types))
     head_dim = embedding // heads
     writer = gguf.GGUFWriter(str(path), architecture)
     swa = f"-swa{sliding_window}" if sliding_window else ""
@@ -90,8 +101,8 @@ def write_shape_gguf(
         writer.add_tensor(name, np.ones(size, dtype=np.float32))
 
     kv = kv_heads * head_dim
-    vocab = len(tokens)
-    matrix("token_embd.weight", vocab, embedding)
+    n_vocab = len(tokens)
+    matrix("token_embd.weight", n_vocab, embedding)
     for i in range(layers):
         norm(f"blk.{i}.attn_norm.weight")
         matrix(f"blk.{i}.attn_q.weight", embedding, embedding)
@@ -108,7 +119,8 @@ def write_shape_gguf(
             norm(f"blk.{i}.post_attention_norm.weight")
             norm(f"blk.{i}.post_ffw_norm.weight")
     norm("output_norm.weight")
-    matrix("output.weight", vocab, embedding)
+    if not tied:
+        matrix("output.weight", n_vocab, embedding)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
