@@ -549,6 +549,7 @@ def bind_socket(host: str, port: int | str) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # inherited: tokens go out at once
     try:
         sock.bind((host, port))
     except OSError as exc:
