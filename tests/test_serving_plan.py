@@ -53,7 +53,7 @@ def test_slots_scale_the_kv_cache() -> None:
 
 def test_plan_with_room_takes_the_preferred_slots_in_f16() -> None:
     serving = plan(_smol_shape(), 4096, runtime="llama.cpp-cpu", device="cpu", available=8 * GIB)
-    assert (serving.slots, serving.kv_cache_type, serving.flash_attention) == (4, "f16", True)
+    assert (serving.slots, serving.kv_cache_type, serving.flash_attention) == (8, "f16", True)
     assert serving.context_per_slot == 4096 and serving.cache_reuse == 256
     gpu = plan(_smol_shape(), 4096, runtime="llama.cpp-cuda", device="gpu", available=8 * GIB)
     assert gpu.slots == 16
@@ -67,7 +67,7 @@ def test_plan_when_tight(slots_f16: int) -> None:
     budget = option(shape, 4096, "f16", slots_f16 + 1).required - 1  # just short of one more
     serving = plan(shape, 4096, runtime="llama.cpp-cpu", device="cpu", available=budget)
     if slots_f16 < 2:
-        q8_slots = max(n for n in range(1, 5) if option(shape, 4096, "q8_0", n).required <= budget)
+        q8_slots = max(n for n in range(1, 9) if option(shape, 4096, "q8_0", n).required <= budget)
         assert (serving.kv_cache_type, serving.slots) == ("q8_0", q8_slots)
         assert q8_slots > slots_f16
     else:
@@ -85,7 +85,7 @@ def test_without_flash_attention_the_cache_stays_f16() -> None:
 def test_plan_becomes_llama_server_flags() -> None:
     serving = plan(_smol_shape(), 2048, runtime="llama.cpp-cpu", device="cpu", available=None)
     assert from_plan(serving, threads=2) == ServingConfig(
-        slots=4,
+        slots=8,
         context_per_slot=2048,
         kv_cache_type="f16",
         flash_attention=True,

@@ -130,7 +130,7 @@ def test_status_and_engines(tried: tuple[Trial, str, int]) -> None:
     port = status["endpoint"].split(":")[2].split("/")[0]
     serving = status.pop("serving")
     assert (serving["slots"], serving["context-per-slot"], serving["kv-cache-type"]) == (
-        4,
+        8,
         4096,
         "f16",
     )
@@ -152,8 +152,8 @@ def test_status_and_engines(tried: tuple[Trial, str, int]) -> None:
     }
     text = trial.run("status").stdout.splitlines()
     assert text[5].startswith(
-        "serving:      4 parallel slots x 4096 tokens, f16 KV cache, flash attention on, "
-        "prompt-cache reuse from 256 tokens (4 slots, the device's preferred number, fit in f16"
+        "serving:      8 parallel slots x 4096 tokens, f16 KV cache, flash attention on, "
+        "prompt-cache reuse from 256 tokens (8 slots, the device's preferred number, fit in f16"
     )
     del text[5]
     assert text == [
