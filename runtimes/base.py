@@ -95,6 +95,10 @@ class LoadOptions:
     context_size: int = 4096
     threads: int | None = None  # None: the runtime's own default
     gpu_layers: int | None = None  # llama.cpp offload; None: all layers when the build can
+    # llama.cpp engines serve through llama-server: its component tree (usr/bin/llama-server,
+    # usr/lib), or the binary itself; None: $SNAPBUILD_LLAMA_ROOT
+    llama_root: Path | None = None
+    llama_server: Path | None = None
     chat_template: str | None = None  # the manifest's model.chat-template (runtimes.templates)
     # concurrent serving (issue 13), from the Decision's batching plan; 1: one at a time
     sequences: int = 1  # continuous: sequences decoding together; micro-batch: texts per batch

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from hwprobe.profile import HostProfile
+from snapbuild.decision import Serving
 from snapbuild.errors import NoEngineError, UsageError
 from snapbuild.manifest import Manifest
 from snapbuild.threads import default_threads as _threads
@@ -30,9 +33,10 @@ def _port(value: str) -> int | str:
 
 def _choose_engine(
     manifest: Manifest, host: HostProfile, engine: str | None
-) -> tuple[str, int | None, Batching | None]:
-    """The engine to serve, the context size the selector chose for it (None: default) and its
-    plan for concurrent requests (None: one at a time)."""
+) -> tuple[str, int | None, Serving | None, Batching | None]:
+    """The engine to serve, the context size the selector chose for it (None: default), its
+    serving configuration (llama.cpp engines) and its plan for concurrent requests (the
+    in-process engines; None: one at a time)."""
     try:
         from snapbuild.selector import select
     except ImportError:
@@ -41,7 +45,7 @@ def _choose_engine(
                 "the selector is not available in this installation",
                 resolution="name the engine with --engine",
             ) from None
-        return engine, None, None
+        return engine, None, None, None
     if engine is not None and manifest.engine(engine) is None:
         raise UsageError(
             f"the manifest {manifest.name!r} has no engine {engine!r}",
@@ -58,7 +62,7 @@ def _choose_engine(
             resolution=f"see `snapbuild why-not {manifest.name}`, or force one with --engine",
         )
     selected = decision.selected
-    return selected.engine, selected.context_size, selected.batching
+    return selected.engine, selected.context_size, selected.serving, selected.batching
 
 
 @click.command("serve")
@@ -73,6 +77,18 @@ def _choose_engine(
 )
 @click.option("--context-size", type=click.IntRange(min=16), default=None, help="Context tokens.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads.")
+@click.option(
+    "--slots",
+    type=click.IntRange(min=1, max=256),
+    default=None,
+    help="llama.cpp: parallel slots (default: the selector's serving configuration).",
+)
+@click.option(
+    "--llama-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="llama.cpp component tree with usr/bin/llama-server (default: $SNAPBUILD_LLAMA_ROOT).",
+)
 def serve_cmd(
     model: str,
     engine: str | None,
@@ -80,6 +96,8 @@ def serve_cmd(
     port_text: str | None,
     context_size: int | None,
     threads: int | None,
+    slots: int | None,
+    llama_root: Path | None,
 ) -> None:
     """Serve MODEL's OpenAI-compatible API on this machine (selecting the engine)."""
     import hwprobe
@@ -90,7 +108,7 @@ def serve_cmd(
     manifest = load_manifest(model)
     port = _port(port_text) if port_text else manifest.default_port
     profile = hwprobe.probe()
-    engine_name, selected_context, batching = _choose_engine(manifest, profile, engine)
+    engine_name, selected_context, plan, batching = _choose_engine(manifest, profile, engine)
     chosen = manifest.engine(engine_name)
     assert chosen is not None
     artifact = manifest.artifact(chosen.artifact)
@@ -108,15 +126,23 @@ def serve_cmd(
             err=True,
         )
 
+    from runtimes.llamaserver import from_plan
+
+    n_threads = threads or _threads(profile)
+    serving = from_plan(plan, n_threads) if plan is not None else None
+    if serving is not None and slots is not None:
+        serving = dataclasses.replace(serving, slots=slots)
     run(
         manifest,
         engine_name,
         host=host,
         port=port,
         context_size=context_size or selected_context,
-        threads=threads or _threads(profile),
+        threads=n_threads,
         artifact_path=path,
         on_listening=listening,
+        serving=serving,
+        llama_root=llama_root,
         batching=batching,
     )
 
@@ -138,7 +164,7 @@ def fetch_cmd(model: str, engine: str | None, record: bool, as_json: bool) -> No
 
     manifest = load_manifest(model)
     if engine is None and len({e.artifact for e in manifest.engines}) > 1:
-        engine, _, _ = _choose_engine(manifest, _probe(), None)
+        engine, _, _, _ = _choose_engine(manifest, _probe(), None)
     artifact = engine_artifact(manifest, engine)
     progress = None if as_json else tqdm_progress
     command = f"snapbuild fetch {shlex.quote(model)}" + (
