@@ -94,6 +94,10 @@ class LoadOptions:
     context_size: int = 4096
     threads: int | None = None  # None: the runtime's own default
     gpu_layers: int | None = None  # llama.cpp offload; None: all layers when the build can
+    # llama.cpp engines serve through llama-server: its component tree (usr/bin/llama-server,
+    # usr/lib), or the binary itself; None: $SNAPBUILD_LLAMA_ROOT
+    llama_root: Path | None = None
+    llama_server: Path | None = None
     chat_template: str | None = None  # the manifest's model.chat-template (runtimes.templates)
 
 

@@ -28,6 +28,32 @@ class MemoryEstimate(KebabModel):
     context_size: int
 
 
+class Serving(KebabModel):
+    """How a llama.cpp engine serves (llama-server): slots, context per slot, KV-cache type."""
+
+    slots: int  # parallel sequences decoded in one batch (llama-server -np)
+    context_per_slot: int
+    kv_cache_type: str  # f16, q8_0...
+    flash_attention: bool
+    cache_reuse: int  # min reused prompt chunk (llama-server --cache-reuse); 0: off
+    kv_cache: int  # bytes of KV cache for all slots
+    required: int  # weights + all slots' KV + compute + overhead, with headroom
+    why: str
+
+    def summary(self) -> str:
+        """One line for `select`, `why` and `status`."""
+        reuse = (
+            f"prompt-cache reuse from {self.cache_reuse} tokens"
+            if self.cache_reuse
+            else ("no prompt-cache reuse")
+        )
+        return (
+            f"{self.slots} parallel slots x {self.context_per_slot} tokens, {self.kv_cache_type} "
+            f"KV cache, flash attention {'on' if self.flash_attention else 'off'}, {reuse} "
+            f"({self.why})"
+        )
+
+
 class Candidate(KebabModel):
     """One engine judged against one host."""
 
@@ -46,6 +72,7 @@ class Candidate(KebabModel):
     estimated_tokens_per_second: float | None = None
     rank: int | None = None  # 1 = best; None for incompatible engines
     slot: str | None = None  # PCI slot of the GPU/NPU the engine would use
+    serving: Serving | None = None  # llama.cpp engines: the serving configuration
 
 
 class Selected(KebabModel):
@@ -60,6 +87,7 @@ class Selected(KebabModel):
     quantization: str
     slot: str | None = None
     why: str  # why it beat the runner-up, or why it is the only one
+    serving: Serving | None = None
 
 
 class Decision(KebabModel):

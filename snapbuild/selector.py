@@ -38,6 +38,7 @@ from snapbuild.estimate import (
 )
 from snapbuild.estimate_llama import Pool, device_overhead, plan_memory, runtime_device
 from snapbuild.manifest import Condition, Engine, GpuRequirement, Manifest
+from snapbuild.serving import plan
 
 PRECEDENCE: tuple[str, ...] = (
     "accelerator class (discrete GPU > integrated GPU > NPU > CPU)",
@@ -621,6 +622,11 @@ def judge(
     fit = _fit(v, manifest, engine, entry, device, host)
     tps = _tokens_per_second(entry, device, host, artifact.size)
     compatible = not v.blockers
+    serving = None
+    shape = _shape(manifest, engine)
+    if compatible and entry.serving == "llama-server" and shape and fit.context:
+        available = fit.memory.available if fit.memory else None
+        serving = plan(shape, fit.context, runtime=entry.id, device=device.cls, available=available)
     cand = Candidate(
         engine=engine.name,
         runtime=entry.id,
@@ -636,6 +642,7 @@ def judge(
         context_size=fit.context if compatible else None,
         estimated_tokens_per_second=tps,
         slot=device.slot,
+        serving=serving,
     )
     return Judged(cand, device.accel, fit.verified, index, v.warnings)
 
@@ -757,6 +764,7 @@ def select(
             quantization=c.quantization,
             slot=c.slot,
             why=_why(winner, runner, len(judged) - len(ranked), engine is not None),
+            serving=c.serving,
         )
         warnings += [ProbeWarning(source="selector", message=m) for m in winner.warnings]
         if any(f.placeholder for f in manifest.artifact(c.artifact).files):

@@ -16,9 +16,10 @@ from typing import Any
 import click
 
 from snapbuild.cli import run_cli
-from snapbuild.decision import Candidate, Decision
+from snapbuild.decision import Candidate, Decision, Serving
 from snapbuild.errors import UsageError
 from snaps import config, hooks
+from snaps.live import live_lines, live_status
 from snaps.manager import (
     Context,
     State,
@@ -70,6 +71,8 @@ def status_data(ctx: Context) -> dict[str, Any]:
         },
         "endpoint": base_url(settings.host, settings.port),
         "context-size": settings.context_size,
+        "serving": selected.serving.to_data() if selected and selected.serving else None,
+        "live": live_status(settings.host, settings.port) if service.active else None,
         "daemon": _daemon_note(ctx, service.active),
         "problem": state.problem
         if decision is not None
@@ -109,6 +112,10 @@ def _status_text(data: dict[str, Any]) -> str:
         f"endpoint:     {data['endpoint']}",
         f"context-size: {data['context-size']}",
     ]
+    if data["serving"]:
+        lines.append(f"serving:      {Serving.model_validate(data['serving']).summary()}")
+    if service["active"]:
+        lines.extend(live_lines(data["live"]))
     if data["daemon"]:
         lines.insert(3, f"server:       {data['daemon']['phase']}: {data['daemon']['message']}")
     if data["engine"] and service["enabled"] and not service["active"]:
@@ -245,6 +252,8 @@ def why(as_json: bool) -> None:
         return
     if decision.selected:
         click.echo(f"selected: {decision.selected.engine}: {decision.selected.why}")
+        if decision.selected.serving:
+            click.echo(f"serving: {decision.selected.serving.summary()}")
     else:
         click.echo("selected: none")
     for cand in decision.candidates:

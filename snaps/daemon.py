@@ -216,7 +216,8 @@ def _run(ctx: Context) -> None:
     engine = decision.selected.engine
     settings = ctx.settings(decision=decision)
     host = check_fit(ctx, engine, state.forced)
-    prepare_imports(wait_for_components(ctx, engine), runtime_library_paths(decision))
+    runtime_dir = wait_for_components(ctx, engine)
+    prepare_imports(runtime_dir, runtime_library_paths(decision))
     note(ctx, "preparing", f"preparing the weights of {engine}")
     model_path = artifacts.ready(ctx.env, ctx.manifest, engine, log)
     engine_entry = ctx.manifest.engine(engine)
@@ -231,8 +232,13 @@ def _run(ctx: Context) -> None:
         f"starting {engine} ({decision.selected.runtime} on {decision.selected.device}) "
         f"on {url} with context {settings.context_size}, {threads or 'default'} threads"
     )
+    from runtimes.llamaserver import from_plan
     from runtimes.server import run as serve
 
+    plan = decision.selected.serving
+    serving = from_plan(plan, threads) if plan is not None else None
+    if serving is not None:
+        log(f"serving: {plan.summary() if plan else ''}")
     serve(
         ctx.manifest,
         engine,
@@ -241,6 +247,9 @@ def _run(ctx: Context) -> None:
         context_size=settings.context_size,
         threads=threads,
         artifact_path=model_path,
+        serving=serving,
+        llama_root=runtime_dir,  # the llama.cpp component tree (usr/bin/llama-server)
+        cors_origins=settings.origins(),
         on_listening=lambda host, port: note(
             ctx, "serving", f"serving {engine} on http://{host}:{port}/v1"
         ),

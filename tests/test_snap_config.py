@@ -50,7 +50,10 @@ def test_keys_are_normalized_to_snapd_option_names() -> None:
     with pytest.raises(UsageError) as err:
         config.normalize_key("colour")
     assert err.value.brief == "unknown setting 'colour'"
-    assert err.value.resolution == "Settings are port, host, context-size, engine and env.NAME."
+    assert (
+        err.value.resolution
+        == "Settings are port, host, context-size, engine, cors-origins and env.NAME."
+    )
 
 
 def test_assignments_are_typed_by_key() -> None:
@@ -73,6 +76,7 @@ def test_effective_settings_overlay_defaults(manifest) -> None:  # type: ignore[
         "host": "127.0.0.1",
         "context-size": 2048,
         "engine": "auto",
+        "cors-origins": "",
         "env": {"OMP_NUM_THREADS": "2"},
     }
 
@@ -109,3 +113,17 @@ def test_busy_port_is_rejected_unless_it_is_ours(manifest) -> None:  # type: ign
         assert problems[0].startswith(f"port {port} is busy on 127.0.0.1: another program ")
         assert config.validate(settings, manifest, None, own_port=port) == []
     assert config.validate(settings, manifest, None) == []
+
+
+def test_cors_origins_are_validated(manifest) -> None:  # type: ignore[no-untyped-def]
+    good = config.effective(
+        {"cors-origins": "http://localhost:3000, https://app.example.org"}, manifest, 2048
+    )
+    assert good.origins() == ["http://localhost:3000", "https://app.example.org"]
+    assert config.validate(good, manifest, None, own_port=good.port) == []
+    assert config.effective({"cors-origins": "*"}, manifest, 2048).origins() == ["*"]
+    bad = config.effective({"cors-origins": "localhost:3000"}, manifest, 2048)
+    assert config.validate(bad, manifest, None, own_port=bad.port) == [
+        "cors-origins: 'localhost:3000' is not an origin (scheme://host[:port], e.g. "
+        "http://localhost:3000, or * for any)"
+    ]

@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 import requests
+from support.llama import needs_llama_server
 
 from hwprobe import probe
 from snapbuild.threads import default_threads
 from snapbuild.trial import Trial
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, needs_llama_server]
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 
 
@@ -127,6 +128,13 @@ def test_status_and_engines(tried: tuple[Trial, str, int]) -> None:
     status = json.loads(trial.run("status", "--json").stdout)
     active = status["engine"]
     port = status["endpoint"].split(":")[2].split("/")[0]
+    serving = status.pop("serving")
+    assert (serving["slots"], serving["context-per-slot"], serving["kv-cache-type"]) == (
+        4,
+        4096,
+        "f16",
+    )
+    assert status.pop("live") is None  # the service is stopped
     assert status == {
         "snap": "smollm2",
         "model": "smollm2",
@@ -143,6 +151,11 @@ def test_status_and_engines(tried: tuple[Trial, str, int]) -> None:
         "notes": [],
     }
     text = trial.run("status").stdout.splitlines()
+    assert text[5].startswith(
+        "serving:      4 parallel slots x 4096 tokens, f16 KV cache, flash attention on, "
+        "prompt-cache reuse from 256 tokens (4 slots, the device's preferred number, fit in f16"
+    )
+    del text[5]
     assert text == [
         "model:        smollm2",
         f"engine:       {active} (llama.cpp-cpu on cpu, Q4_1)",

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
+from pathlib import Path
 
 import click
 
 from hwprobe.profile import HostProfile
+from snapbuild.decision import Serving
 from snapbuild.errors import NoEngineError, UsageError
 from snapbuild.manifest import Manifest
 from snapbuild.threads import default_threads as _threads
@@ -26,8 +29,9 @@ def _port(value: str) -> int | str:
 
 def _choose_engine(
     manifest: Manifest, host: HostProfile, engine: str | None
-) -> tuple[str, int | None]:
-    """The engine to serve and the context size the selector chose for it (None: default)."""
+) -> tuple[str, int | None, Serving | None]:
+    """The engine to serve, the context size the selector chose for it (None: default) and
+    its serving configuration (llama.cpp engines)."""
     try:
         from snapbuild.selector import select
     except ImportError:
@@ -36,7 +40,7 @@ def _choose_engine(
                 "the selector is not available in this installation",
                 resolution="name the engine with --engine",
             ) from None
-        return engine, None
+        return engine, None, None
     if engine is not None and manifest.engine(engine) is None:
         raise UsageError(
             f"the manifest {manifest.name!r} has no engine {engine!r}",
@@ -52,7 +56,7 @@ def _choose_engine(
             details="\n".join(blockers),
             resolution=f"see `snapbuild why-not {manifest.name}`, or force one with --engine",
         )
-    return decision.selected.engine, decision.selected.context_size
+    return decision.selected.engine, decision.selected.context_size, decision.selected.serving
 
 
 @click.command("serve")
@@ -67,6 +71,18 @@ def _choose_engine(
 )
 @click.option("--context-size", type=click.IntRange(min=16), default=None, help="Context tokens.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads.")
+@click.option(
+    "--slots",
+    type=click.IntRange(min=1, max=256),
+    default=None,
+    help="llama.cpp: parallel slots (default: the selector's serving configuration).",
+)
+@click.option(
+    "--llama-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="llama.cpp component tree with usr/bin/llama-server (default: $SNAPBUILD_LLAMA_ROOT).",
+)
 def serve_cmd(
     model: str,
     engine: str | None,
@@ -74,6 +90,8 @@ def serve_cmd(
     port_text: str | None,
     context_size: int | None,
     threads: int | None,
+    slots: int | None,
+    llama_root: Path | None,
 ) -> None:
     """Serve MODEL's OpenAI-compatible API on this machine (selecting the engine)."""
     import hwprobe
@@ -84,7 +102,7 @@ def serve_cmd(
     manifest = load_manifest(model)
     port = _port(port_text) if port_text else manifest.default_port
     profile = hwprobe.probe()
-    engine_name, selected_context = _choose_engine(manifest, profile, engine)
+    engine_name, selected_context, plan = _choose_engine(manifest, profile, engine)
     chosen = manifest.engine(engine_name)
     assert chosen is not None
     artifact = manifest.artifact(chosen.artifact)
@@ -102,15 +120,23 @@ def serve_cmd(
             err=True,
         )
 
+    from runtimes.llamaserver import from_plan
+
+    n_threads = threads or _threads(profile)
+    serving = from_plan(plan, n_threads) if plan is not None else None
+    if serving is not None and slots is not None:
+        serving = dataclasses.replace(serving, slots=slots)
     run(
         manifest,
         engine_name,
         host=host,
         port=port,
         context_size=context_size or selected_context,
-        threads=threads or _threads(profile),
+        threads=n_threads,
         artifact_path=path,
         on_listening=listening,
+        serving=serving,
+        llama_root=llama_root,
     )
 
 
@@ -131,7 +157,7 @@ def fetch_cmd(model: str, engine: str | None, record: bool, as_json: bool) -> No
 
     manifest = load_manifest(model)
     if engine is None and len({e.artifact for e in manifest.engines}) > 1:
-        engine, _ = _choose_engine(manifest, _probe(), None)
+        engine, _, _ = _choose_engine(manifest, _probe(), None)
     artifact = engine_artifact(manifest, engine)
     progress = None if as_json else tqdm_progress
     command = f"snapbuild fetch {shlex.quote(model)}" + (
