@@ -99,6 +99,7 @@ class LoadOptions:
     llama_root: Path | None = None
     llama_server: Path | None = None
     chat_template: str | None = None  # the manifest's model.chat-template (runtimes.templates)
+    projector: Path | None = None  # llama.cpp's mmproj beside the weights: the engine reads images
 
 
 class RuntimeAdapter(ABC):

@@ -139,7 +139,7 @@ def _grade(manifest: Manifest, plan: BuildPlan, grade: str | None) -> str:
         f.placeholder
         for a in manifest.artifacts
         for f in a.files
-        if a.name in {e.artifact for e in plan.engines}
+        if a.name in {c.artifact for c in plan.components if c.artifact}
     )
     experimental = any(e.experimental for e in plan.engines)
     return "devel" if placeholder or experimental else "stable"

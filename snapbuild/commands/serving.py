@@ -105,13 +105,15 @@ def serve_cmd(
     engine_name, selected_context, plan = _choose_engine(manifest, profile, engine)
     chosen = manifest.engine(engine_name)
     assert chosen is not None
-    artifact = manifest.artifact(chosen.artifact)
-    path = locate(manifest, artifact)
-    if path is None:
-        raise UsageError(
-            f"the {artifact.name} artifact of {manifest.name} is not on this machine",
-            resolution=f"download it with: snapbuild fetch {model} --engine {engine_name}",
-        )
+    found: list[Path] = []
+    for artifact in manifest.engine_artifacts(chosen):  # the weights, then any projector
+        path = locate(manifest, artifact)
+        if path is None:
+            raise UsageError(
+                f"the {artifact.name} artifact of {manifest.name} is not on this machine",
+                resolution=f"download it with: snapbuild fetch {model} --engine {engine_name}",
+            )
+        found.append(path)
 
     def listening(bound_host: str, bound_port: int) -> None:
         click.echo(
@@ -133,7 +135,8 @@ def serve_cmd(
         port=port,
         context_size=context_size or selected_context,
         threads=n_threads,
-        artifact_path=path,
+        artifact_path=found[0],
+        projector_path=found[1] if len(found) > 1 else None,
         on_listening=listening,
         serving=serving,
         llama_root=llama_root,
@@ -163,26 +166,35 @@ def fetch_cmd(model: str, engine: str | None, record: bool, as_json: bool) -> No
     command = f"snapbuild fetch {shlex.quote(model)}" + (
         f" --engine {shlex.quote(engine)}" if engine else ""
     )
+    chosen = manifest.engine(engine) if engine else None
+    projector = manifest.artifact(chosen.projector) if chosen and chosen.projector else None
     data: dict[str, object] = {"artifact": artifact.name}
+    if projector is not None:
+        data["projector"] = projector.name
     if record:
         outcome = fetch_recording(resolve(model), artifact.name, progress=progress)
         results = outcome.results
+        recorded = list(outcome.recorded)
+        if projector is not None:  # the image encoder the engine loads beside its weights
+            more = fetch_recording(resolve(model), projector.name, progress=progress)
+            results = [*results, *more.results]
+            recorded += more.recorded
         data["manifest"] = str(outcome.manifest_file)
-        data["recorded"] = [
-            {"file": r.label, "size": r.size, "sha256": r.sha256} for r in outcome.recorded
-        ]
+        data["recorded"] = [{"file": r.label, "size": r.size, "sha256": r.sha256} for r in recorded]
         lines = [
             f"recorded {r.label} in {outcome.manifest_file}: size {r.size} "
             f"(placeholder said {r.guessed_size}), sha256 {r.sha256}"
-            for r in outcome.recorded
+            for r in recorded
         ]
-        if not outcome.recorded:
+        if not recorded:
             lines.append(
                 f"nothing to record: {artifact.name} has no placeholder files in "
                 f"{outcome.manifest_file}"
             )
     else:
         results = fetch(manifest, artifact, progress=progress, command=command)
+        if projector is not None:
+            results = [*results, *fetch(manifest, projector, progress=progress, command=command)]
         lines = []
     if as_json:
         data["files"] = [{"path": str(r.path), "action": r.action} for r in results]

@@ -13,6 +13,7 @@ decoder, the real ViT graph and the real embedding injection.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,9 @@ VISION_LAYERS = 2
 IMAGE_TOKENS = (IMAGE_SIZE // PATCH_SIZE // POOL) ** 2
 
 
-def write_tiny_gemma3_mmproj(path: Path, *, text_embedding: int = TEXT_EMBEDDING, seed: int = 1) -> Path:
+def write_tiny_gemma3_mmproj(
+    path: Path, *, text_embedding: int = TEXT_EMBEDDING, seed: int = 1
+) -> Path:
     """Write the projector GGUF. numpy shapes are ggml's ``ne`` reversed (rows, columns)."""
     import gguf  # test-only dependency
 
@@ -104,4 +107,36 @@ def write_png(path: Path, *, width: int = 48, height: int = 40, seed: int = 0) -
     rng = np.random.default_rng(seed)
     pixels = rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8)
     Image.fromarray(pixels, "RGB").save(path, format="PNG")
+    return path
+
+
+def vision_manifest(directory: Path, name: str = "tinyvision") -> Path:
+    """A manifest whose one llama.cpp engine loads the tiny model and its projector."""
+    import yaml
+
+    from .serving import tiny_manifest
+
+    model, projector = write_tiny_vision_model(directory)
+    path = tiny_manifest(directory, name, model, runtime="llama.cpp-cpu", fmt="gguf")
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data["artifacts"].append(
+        {
+            "name": "projector",
+            "format": "gguf",
+            "quantization": "F16",
+            "role": "projector",
+            "inputs": ["vision"],
+            "files": [
+                {
+                    "path": projector.name,
+                    "url": "https://example.invalid/" + projector.name,
+                    "sha256": hashlib.sha256(projector.read_bytes()).hexdigest(),
+                    "size": projector.stat().st_size,
+                    "local": {"path": str(projector)},
+                }
+            ],
+        }
+    )
+    data["engines"][0]["projector"] = "projector"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return path
