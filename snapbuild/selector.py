@@ -39,8 +39,10 @@ from snapbuild.estimate import (
 from snapbuild.estimate_llama import Pool, device_overhead, plan_memory, runtime_device
 from snapbuild.manifest import Condition, Engine, GpuRequirement, Manifest
 from snapbuild.serving import plan
+from snapbuild.vision import missing_inputs, projector_bytes, vision_compute_bytes
 
 PRECEDENCE: tuple[str, ...] = (
+    "serves every input the model takes (a vision model: images too) before text only",
     "accelerator class (discrete GPU > integrated GPU > NPU > CPU)",
     "memory fit verified before fit unknown",
     "estimated decode tokens/s (bandwidth x runtime efficiency / weight bytes), "
@@ -425,8 +427,10 @@ def _required(
     family: str,
     device: str = "cpu",
     pool: str = "ram",
+    extra_compute: int = 0,
 ) -> MemoryEstimate:
-    """The peak (a prompt that fills the context) on ``device``, plus the headroom."""
+    """The peak (a prompt that fills the context) on ``device``, plus the headroom;
+    ``extra_compute``: an image encoder's working set (snapbuild.vision)."""
     if shape is None:  # facts too thin: weights and overhead only, said in the reasons
         host = host_overhead(None, family) if pool == "ram" else 0
         overhead = host + device_overhead(device)
@@ -435,6 +439,7 @@ def _required(
         where: Pool = "vram" if pool == "vram" else "ram"
         b = plan_memory(shape, ctx, family, device=device, pool=where).peak
         total, kv, compute, overhead = b.total, b.kv_cache, b.compute, b.overhead
+    total, compute = total + extra_compute, compute + extra_compute
     return MemoryEstimate(
         weights=weights,
         kv_cache=kv,
@@ -456,18 +461,25 @@ def _fit(
     host: HostProfile,
 ) -> Fit:
     shape = _shape(manifest, engine)
-    weights = manifest.artifact(engine.artifact).size
+    projector = projector_bytes(manifest, engine)
+    weights = manifest.artifact(engine.artifact).size + projector
+    vision = vision_compute_bytes(manifest, engine)
     top, low = _contexts(manifest, engine)
     pool, available, label, exact = _pool(device, host)
 
     dev = runtime_device(entry.id)
 
     def need(ctx: int) -> MemoryEstimate:
-        est = _required(shape, weights, ctx, entry.family, dev, pool)
+        est = _required(shape, weights, ctx, entry.family, dev, pool, vision)
         return est.model_copy(update={"available": available, "pool": pool})
 
     if shape is None:
         v.ok("model facts lack layers/heads: KV cache not estimated (weights only)")
+    if projector or vision:
+        v.ok(
+            f"images: projector {gib(projector)} counted in the weights, image encoder "
+            f"{gib(vision)} in the compute"
+        )
     best = need(top)
     if available is None:
         what = "VRAM" if pool == "vram" else "RAM"
@@ -567,12 +579,14 @@ class Judged:
     verified: bool
     index: int
     warnings: list[str]
+    missing: tuple[str, ...] = ()  # inputs the model takes that this engine will not serve
 
     def key(self) -> tuple[Any, ...]:
         classes: list[str] = hardware_table()["accelerator-classes"]
         cap = float(hardware_table()["sufficient-tokens-per-second"])
         tps = min(self.candidate.estimated_tokens_per_second or 0.0, cap)
         return (
+            len(self.missing),
             classes.index(self.accel),
             0 if self.verified else 1,
             -tps,
@@ -620,6 +634,13 @@ def judge(
     if device is None:
         return _judged(engine, artifact.quantization, entry.device, None, v, index, entry, 0.0)
     fit = _fit(v, manifest, engine, entry, device, host)
+    missing = missing_inputs(manifest, engine, entry.inputs)
+    if missing:
+        v.ok(
+            f"serves text only: {entry.id} here cannot read images"
+            if "vision" in manifest.engine_inputs(engine)
+            else "serves text only: this engine loads no image encoder"
+        )
     tps = _tokens_per_second(entry, device, host, artifact.size)
     compatible = not v.blockers
     serving = None
@@ -644,7 +665,7 @@ def judge(
         slot=device.slot,
         serving=serving,
     )
-    return Judged(cand, device.accel, fit.verified, index, v.warnings)
+    return Judged(cand, device.accel, fit.verified, index, v.warnings, missing)
 
 
 def _judged(
@@ -680,6 +701,12 @@ def _why(winner: Judged, runner: Judged | None, rejected: int, forced: bool) -> 
         return f"{w.engine} is the only compatible engine ({rejected} rejected)"
     r = runner.candidate
     wk, rk = winner.key(), runner.key()
+    if wk[0] != rk[0]:
+        return (
+            f"{w.engine} reads images, runner-up {r.engine} would serve this vision model text "
+            "only: serving every input decides first"
+        )
+    wk, rk = wk[1:], rk[1:]
     cap = float(hardware_table()["sufficient-tokens-per-second"])
     if wk[0] != rk[0]:
         return (
