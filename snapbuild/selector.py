@@ -405,6 +405,7 @@ class Fit:
     memory: MemoryEstimate | None
     context: int | None
     verified: bool
+    text_only: bool = False  # the image encoder did not fit beside the model: images dropped
 
 
 def _shape(manifest: Manifest, engine: Engine) -> ModelShape | None:
@@ -473,6 +474,18 @@ def _fit(
         est = _required(shape, weights, ctx, entry.family, dev, pool, vision)
         return est.model_copy(update={"available": available, "pool": pool})
 
+    text_only = False
+    if (projector or vision) and available is not None and need(low).required > available:
+        with_images = weights, vision
+        weights, vision = weights - projector, 0
+        if need(low).required <= available:  # the text model fits without the encoder
+            v.ok(
+                f"images: projector and image encoder ({gib(projector + with_images[1])}) do "
+                f"not fit beside the model in {gib(available)}: serves text only"
+            )
+            text_only, projector = True, 0
+        else:
+            weights, vision = with_images
     if shape is None:
         v.ok("model facts lack layers/heads: KV cache not estimated (weights only)")
     if projector or vision:
@@ -492,7 +505,7 @@ def _fit(
             f"{engine.name}: {what} of the {device.cls.upper()} unknown; "
             f"{gib(best.required)} needed, fit not verified"
         )
-        return Fit(best, top, verified=False)
+        return Fit(best, top, verified=False, text_only=text_only)
     if best.required <= available:
         v.ok(
             f"{label} {gib(available)} ≥ {gib(best.required)} needed at context {top} "
@@ -502,7 +515,7 @@ def _fit(
             v.warnings.append(
                 f"{engine.name}: available RAM not reported; fit checked against total"
             )
-        return Fit(best, top, verified=exact)
+        return Fit(best, top, verified=exact, text_only=text_only)
     floor = need(low)
     if floor.required > available:
         v.fail(
@@ -517,7 +530,7 @@ def _fit(
         f"(full-context peak, margin {gib(available - chosen.required)}; "
         f"stepped down from {top}: {gib(best.required)} needed there)"
     )
-    return Fit(chosen, ctx, verified=exact)
+    return Fit(chosen, ctx, verified=exact, text_only=text_only)
 
 
 def _largest_fitting(low: int, high: int, fits: Callable[[int], bool]) -> int:
@@ -634,8 +647,11 @@ def judge(
     if device is None:
         return _judged(engine, artifact.quantization, entry.device, None, v, index, entry, 0.0)
     fit = _fit(v, manifest, engine, entry, device, host)
-    missing = missing_inputs(manifest, engine, entry.inputs)
-    if missing:
+    served = tuple(i for i in manifest.engine_inputs(engine) if i in entry.inputs)
+    if fit.text_only:
+        served = tuple(i for i in served if i != "vision")
+    missing = missing_inputs(manifest, engine, served)
+    if missing and not fit.text_only:
         v.ok(
             f"serves text only: {entry.id} here cannot read images"
             if "vision" in manifest.engine_inputs(engine)
@@ -664,6 +680,7 @@ def judge(
         estimated_tokens_per_second=tps,
         slot=device.slot,
         serving=serving,
+        inputs=served or ("text",),
     )
     return Judged(cand, device.accel, fit.verified, index, v.warnings, missing)
 
@@ -792,6 +809,7 @@ def select(
             slot=c.slot,
             why=_why(winner, runner, len(judged) - len(ranked), engine is not None),
             serving=c.serving,
+            inputs=c.inputs,
         )
         warnings += [ProbeWarning(source="selector", message=m) for m in winner.warnings]
         if any(f.placeholder for f in manifest.artifact(c.artifact).files):
