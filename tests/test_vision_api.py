@@ -72,12 +72,13 @@ def test_models_and_health_say_the_model_takes_images(served: str) -> None:
     assert health["runtime_info"]["projector"].endswith("tiny-vision-mmproj.gguf")
 
 
-def test_openai_client_sends_a_png_and_gets_an_answer(
-    served: str, images: dict[str, Path]
-) -> None:
+def test_openai_client_sends_a_png_and_gets_an_answer(served: str, images: dict[str, Path]) -> None:
     client = _client(served)
     plain = client.chat.completions.create(
-        model="tinyvision", messages=_ask(text="Hi"), max_tokens=4, temperature=0  # type: ignore[arg-type]
+        model="tinyvision",
+        messages=_ask(text="Hi"),
+        max_tokens=4,
+        temperature=0,  # type: ignore[arg-type]
     )
     seen = client.chat.completions.create(
         model="tinyvision",
@@ -171,7 +172,8 @@ def test_text_only_model_refuses_images_naming_the_field(
     text_only: str, images: dict[str, Path]
 ) -> None:
     assert httpx.get(f"{text_only}/v1/models").json()["data"][0]["inputs"] == ["text"]
-    body = {"model": "tinytext", "messages": _ask(_image(_data_url(images["png"]))), "max_tokens": 2}
+    messages = _ask(_image(_data_url(images["png"])))
+    body = {"model": "tinytext", "messages": messages, "max_tokens": 2}
     response = httpx.post(f"{text_only}/v1/chat/completions", json=body, timeout=60)
     assert response.status_code == 400
     error = response.json()["error"]

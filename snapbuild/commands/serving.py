@@ -29,9 +29,9 @@ def _port(value: str) -> int | str:
 
 def _choose_engine(
     manifest: Manifest, host: HostProfile, engine: str | None
-) -> tuple[str, int | None, Serving | None]:
-    """The engine to serve, the context size the selector chose for it (None: default) and
-    its serving configuration (llama.cpp engines)."""
+) -> tuple[str, int | None, Serving | None, tuple[str, ...] | None]:
+    """The engine to serve, the context size the selector chose for it (None: default), its
+    serving configuration (llama.cpp engines) and the inputs it serves (None: all it reads)."""
     try:
         from snapbuild.selector import select
     except ImportError:
@@ -40,7 +40,7 @@ def _choose_engine(
                 "the selector is not available in this installation",
                 resolution="name the engine with --engine",
             ) from None
-        return engine, None, None
+        return engine, None, None, None
     if engine is not None and manifest.engine(engine) is None:
         raise UsageError(
             f"the manifest {manifest.name!r} has no engine {engine!r}",
@@ -56,7 +56,8 @@ def _choose_engine(
             details="\n".join(blockers),
             resolution=f"see `snapbuild why-not {manifest.name}`, or force one with --engine",
         )
-    return decision.selected.engine, decision.selected.context_size, decision.selected.serving
+    s = decision.selected
+    return s.engine, s.context_size, s.serving, s.inputs
 
 
 @click.command("serve")
@@ -102,11 +103,14 @@ def serve_cmd(
     manifest = load_manifest(model)
     port = _port(port_text) if port_text else manifest.default_port
     profile = hwprobe.probe()
-    engine_name, selected_context, plan = _choose_engine(manifest, profile, engine)
+    engine_name, selected_context, plan, inputs = _choose_engine(manifest, profile, engine)
     chosen = manifest.engine(engine_name)
     assert chosen is not None
     found: list[Path] = []
-    for artifact in manifest.engine_artifacts(chosen):  # the weights, then any projector
+    wanted = manifest.engine_artifacts(chosen)  # the weights, then any projector
+    if inputs is not None and "vision" not in inputs:  # its image encoder does not fit here
+        wanted = wanted[:1]
+    for artifact in wanted:
         path = locate(manifest, artifact)
         if path is None:
             raise UsageError(
@@ -160,7 +164,7 @@ def fetch_cmd(model: str, engine: str | None, record: bool, as_json: bool) -> No
 
     manifest = load_manifest(model)
     if engine is None and len({e.artifact for e in manifest.engines}) > 1:
-        engine, _, _ = _choose_engine(manifest, _probe(), None)
+        engine, *_ = _choose_engine(manifest, _probe(), None)
     artifact = engine_artifact(manifest, engine)
     progress = None if as_json else tqdm_progress
     command = f"snapbuild fetch {shlex.quote(model)}" + (
