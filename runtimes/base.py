@@ -33,10 +33,12 @@ class UnsupportedError(SnapbuildError):
 
 @dataclass(frozen=True)
 class Message:
-    """One chat message, already reduced to plain text."""
+    """One chat message, reduced to plain text and the bytes of its checked images (only
+    engines that take images receive any: runtimes.images refuses them for the others)."""
 
     role: str
     content: str
+    images: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True)

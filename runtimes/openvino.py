@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from runtimes.base import (
@@ -104,6 +104,19 @@ class OpenVinoAdapter(RuntimeAdapter):
     def complete(
         self, prompt: str, params: SamplingParams, cancel: threading.Event
     ) -> Iterator[Delta]:
+        def run(config: Any, streamer: Callable[[str], Any]) -> Any:
+            return self.pipe.generate([prompt], config, streamer)
+
+        return self._stream(run, prompt, params, cancel)
+
+    def _stream(
+        self,
+        run: Callable[[Any, Callable[[str], Any]], Any],
+        prompt: str,
+        params: SamplingParams,
+        cancel: threading.Event,
+    ) -> Iterator[Delta]:
+        """Run ``run(config, streamer)`` (a pipeline's generate) in a thread; yield its text."""
         import openvino_genai
 
         prompt_tokens = self.count_tokens(prompt)
@@ -121,7 +134,7 @@ class OpenVinoAdapter(RuntimeAdapter):
 
         def work() -> None:
             try:
-                outcome["result"] = self.pipe.generate([prompt], config, streamer)
+                outcome["result"] = run(config, streamer)
             except Exception as exc:  # reported to the consumer, never lost in the thread
                 outcome["error"] = exc
             finally:

@@ -8,6 +8,7 @@ servers commonly do, so clients that send extra options still work; wrong types 
 
 from __future__ import annotations
 
+import base64
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -69,6 +70,13 @@ class ChatMessage(_Request):
         if isinstance(self.content, str):
             return self.content
         return "".join(part.text for part in self.content if isinstance(part, TextPart))
+
+    def image_bytes(self) -> tuple[bytes, ...]:
+        """The images' bytes, in order (the gateway rewrote each as a base64 data: URL)."""
+        if not isinstance(self.content, list):
+            return ()
+        urls = [p.image_url.url for p in self.content if isinstance(p, ImagePart)]
+        return tuple(base64.b64decode(u.partition(",")[2]) for u in urls)
 
 
 class StreamOptions(_Request):
