@@ -99,7 +99,7 @@ def test_openai_client_sends_a_png_through_the_snap(tried: tuple[Trial, str, int
     ]
     reply = client.chat.completions.create(
         model=NAME,
-        messages=[{"role": "user", "content": content}],  # type: ignore[list-item]
+        messages=[{"role": "user", "content": content}],  # type: ignore[list-item,misc]
         max_tokens=5,
     )
     assert reply.choices[0].finish_reason == "length"

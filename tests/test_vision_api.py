@@ -76,9 +76,9 @@ def test_openai_client_sends_a_png_and_gets_an_answer(served: str, images: dict[
     client = _client(served)
     plain = client.chat.completions.create(
         model="tinyvision",
-        messages=_ask(text="Hi"),
+        messages=_ask(text="Hi"),  # type: ignore[arg-type]
         max_tokens=4,
-        temperature=0,  # type: ignore[arg-type]
+        temperature=0,
     )
     seen = client.chat.completions.create(
         model="tinyvision",
@@ -113,7 +113,7 @@ def test_streamed_image_chat(served: str, images: dict[str, Path]) -> None:
         max_tokens=3,
         stream=True,
     )
-    reasons = [c.choices[0].finish_reason for c in stream if c.choices]
+    reasons = [c.choices[0].finish_reason for c in stream if c.choices]  # type: ignore[union-attr]
     assert reasons[-1] == "length"
 
 
