@@ -161,9 +161,9 @@ def stream_once(base: str, model: str, prompt: str, tokens: int) -> tuple[float,
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             event = json.loads(line[6:])
-            if event.get("usage") and not event.get("choices"):
+            if event.get("usage"):  # ours: a usage-only chunk; llama-server: the last chunk
                 produced = int(event["usage"]["completion_tokens"])
-            elif not first and any(c.get("text") for c in event.get("choices", [])):
+            if not first and any(c.get("text") for c in event.get("choices") or []):
                 first = time.perf_counter() - start
     return first, produced
 
@@ -206,7 +206,9 @@ def main() -> None:
     server = find_server()
     root = str(server.binary.parent.parent.parent)
     env = server.env()
-    same = ServingConfig(slots=8, context_per_slot=args.context, threads=args.threads)
+    same = ServingConfig(
+        slots=8, context_per_slot=args.context, flash_attention=True, threads=args.threads
+    )
     chosen = selected_plan(args.threads)
     print(
         f"model {model.name}; {args.tokens} tokens per request; {args.rounds} rounds; "

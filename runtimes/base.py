@@ -1,7 +1,8 @@
 """The one interface every runtime adapter implements, so the server is the same for all engines.
 
 An adapter owns one loaded model on one device. The server calls it from a single worker thread
-(one generation at a time per engine), so adapters need not be thread-safe; they must, however,
+(one generation at a time per engine) unless the adapter's ``concurrency`` says it batches
+requests itself, so most adapters need not be thread-safe; they must, however,
 check the ``cancel`` event between tokens, because that is how a client that hung up stops its
 generation. Generation is a stream of :class:`Delta` objects whose last one carries the finish
 reason and exact token usage; a non-streaming answer is the same stream, collected.
@@ -102,6 +103,12 @@ class LoadOptions:
     llama_server: Path | None = None
     chat_template: str | None = None  # the manifest's model.chat-template (runtimes.templates)
     projector: Path | None = None  # llama.cpp's mmproj beside the weights: the engine reads images
+    # concurrent serving (issue 13), from the Decision's batching plan; 1: one at a time
+    sequences: int = 1  # continuous: sequences decoding together; micro-batch: texts per batch
+    batch_window_ms: float = 5.0  # micro-batch: how long concurrent requests are gathered
+    # OpenVINO INFERENCE_PRECISION_HINT; None: the device's default (bf16 on CPUs with AMX or
+    # AVX512-BF16, whose rounding depends on the batch shape); "f32": batch-invariant math
+    inference_precision: str | None = None
 
 
 class RuntimeAdapter(ABC):
@@ -129,6 +136,17 @@ class RuntimeAdapter(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most runtimes free on collection
         """Free the model (default: nothing; the runtime frees it when collected)."""
+
+    @property
+    def concurrency(self) -> int:
+        """How many requests the server may hand this adapter at once (default 1: the adapter
+        is not thread-safe). Batching adapters answer more and take concurrent calls."""
+        return 1
+
+    def metrics(self) -> dict[str, float]:
+        """Figures for ``GET /metrics`` (default: none); names are documented in
+        docs/serving.md."""
+        return {}
 
     # inference ---------------------------------------------------------------------------
     def chat(

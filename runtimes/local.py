@@ -66,7 +66,7 @@ class LocalEngine:
 
     async def start(self) -> None:
         """Load (when not loaded yet) and warm up in the engine's worker."""
-        self.queue = EngineQueue()
+        self.queue = EngineQueue(slots=self.adapter.concurrency)
 
         def load_and_warm() -> None:
             if not getattr(self.adapter, "_snapbuild_loaded", False):
@@ -97,7 +97,7 @@ class LocalEngine:
         return {
             "queue_depth": float(stats["queued"]),
             "slots_busy": float(stats["active"]),
-            "slots_total": 1.0,
+            "slots_total": float(self.queue.slots if self.queue else 1),
             **self.metrics.live(),
         }
 

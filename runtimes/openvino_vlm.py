@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from runtimes.base import Delta, LoadOptions, Message, RuntimeFailure, SamplingParams
-from runtimes.openvino import DEVICES, OpenVinoAdapter
+from runtimes.openvino import OpenVinoAdapter
 
 VISION_MODEL = "openvino_vision_embeddings_model.xml"
 
@@ -62,6 +62,9 @@ class OpenVinoVisionAdapter(OpenVinoAdapter):
     def __init__(self, options: LoadOptions) -> None:
         super().__init__(options)
         self.vision = has_vision_model(options.artifact)
+        if self.vision and self.batched:  # VLMPipeline has no continuous-batching variant here
+            self.batched = False
+            self.notes.append("vision pipeline: one request at a time")
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -74,7 +77,7 @@ class OpenVinoVisionAdapter(OpenVinoAdapter):
             return
         import openvino_genai
 
-        device = DEVICES.get(self.options.device, self.options.device.upper())
+        device = self.device
         try:
             self.pipe = openvino_genai.VLMPipeline(str(self.options.artifact), device)
         except Exception as exc:  # OpenVINO raises plain RuntimeError with long texts
@@ -93,11 +96,10 @@ class OpenVinoVisionAdapter(OpenVinoAdapter):
         history, images = vlm_history(messages)
         prompt = self.tokenizer.apply_chat_template(history, add_generation_prompt=True)
         tensors = [image_tensor(data) for data in images]
-        return self._stream(
-            lambda config, streamer: self.pipe.generate(
+
+        def run(config: Any, streamer: Any) -> Any:
+            return self.pipe.generate(
                 prompt, images=tensors, generation_config=config, streamer=streamer
-            ),
-            prompt,
-            params,
-            cancel,
-        )
+            )
+
+        return self._complete_one(prompt, params, cancel, run)

@@ -1,11 +1,15 @@
-"""One generation at a time per engine, in arrival order, cancellable between tokens.
+"""As many generations at a time as the engine can batch (usually one), in arrival order,
+cancellable between tokens.
 
-Runtimes hold one model context that is not safe to share between threads, and running two
+Most runtimes hold one model context that is not safe to share between threads, and running two
 generations at once on a CPU only makes both slower. So every request goes through
-:class:`EngineQueue`: an ``asyncio.Lock`` (whose waiters are woken first-come first-served, the
-fairness the API promises), one worker thread that drives the adapter's blocking iterator, and a
-``threading.Event`` per request that the worker checks between tokens. The lock is released by
-the worker's completion callback, not by the consumer, so a client that vanishes mid-stream
+:class:`EngineQueue`: an ``asyncio.Semaphore`` of ``slots`` (whose waiters are woken first-come
+first-served, the fairness the API promises), as many worker threads that drive the adapter's
+blocking iterators, and a ``threading.Event`` per request that the worker checks between tokens.
+``slots`` is the adapter's ``concurrency``: 1 for one-at-a-time engines, the batch size for
+adapters that batch requests themselves (OpenVINO continuous batching, ONNX Runtime
+micro-batching), whose blocking calls only wait for their share of a batch. A slot is released
+by the worker's completion callback, not by the consumer, so a client that vanishes mid-stream
 cannot let the next request start while its generation is still running.
 """
 
@@ -28,11 +32,12 @@ class _Failure:
 
 
 class EngineQueue:
-    """Serialises work on one adapter and counts what happened to each request."""
+    """Admits at most ``slots`` jobs on one adapter at once and counts what happened to each."""
 
-    def __init__(self) -> None:
-        self._lock = asyncio.Lock()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
+    def __init__(self, slots: int = 1) -> None:
+        self.slots = max(1, slots)
+        self._free = asyncio.Semaphore(self.slots)
+        self._executor = ThreadPoolExecutor(max_workers=self.slots, thread_name_prefix="engine")
         self.queued = 0
         self.active = 0
         self.completed = 0
@@ -52,7 +57,7 @@ class EngineQueue:
     async def _acquire(self) -> None:
         self.queued += 1
         try:
-            await self._lock.acquire()
+            await self._free.acquire()
         finally:
             self.queued -= 1
         self.active += 1
@@ -62,7 +67,7 @@ class EngineQueue:
             kind = outcome[0] if outcome else "failed"
             setattr(self, kind, getattr(self, kind) + 1)
             self.active -= 1
-            self._lock.release()
+            self._free.release()
 
         return done
 
@@ -96,7 +101,7 @@ class EngineQueue:
         if cancel.is_set():  # the client left while queued: do not start at all
             self.active -= 1
             self.cancelled += 1
-            self._lock.release()
+            self._free.release()
             return
         loop = asyncio.get_running_loop()
         items: asyncio.Queue[Any] = asyncio.Queue()

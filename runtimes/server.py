@@ -48,6 +48,7 @@ from snapbuild.errors import SnapbuildError, UsageError
 
 if TYPE_CHECKING:
     from runtimes.llamaserver import ServingConfig
+    from snapbuild.decision import Batching
     from snapbuild.manifest import Manifest
 
 __all__ = ["ApiError", "BodyLimit", "PortInUseError", "bind_socket", "create_app", "run"]
@@ -626,6 +627,7 @@ def run(
     cors_origins: Sequence[str] | None = None,
     projector_path: Path | None = None,
     images: ImagePolicy | None = None,
+    batching: Batching | None = None,
 ) -> None:
     """Serve ``manifest``'s ``engine_name`` until interrupted (``snapbuild serve``, snap daemon).
 
@@ -639,6 +641,7 @@ def run(
     import uvicorn
 
     from runtimes.catalog import load_catalog
+    from snapbuild.batching import load_options
 
     engine = manifest.engine(engine_name)
     if engine is None:
@@ -670,6 +673,7 @@ def run(
         llama_root=llama_root,
         chat_template=manifest.model.chat_template,
         projector=projector_path,
+        **load_options(batching),
     )
     chosen, choices = build_engine(
         options, model_id=manifest.name, metrics=metrics, serving=serving

@@ -54,6 +54,24 @@ class Serving(KebabModel):
         )
 
 
+# --- concurrent serving (issue 13): OpenVINO continuous batching, ONNX Runtime micro-batching --
+
+
+class Batching(KebabModel):
+    """How the engine serves concurrent requests, planned from the memory fit
+    (:mod:`snapbuild.batching`, table ``snapbuild/data/batching.yaml``)."""
+
+    mode: Literal["continuous", "one-at-a-time", "micro-batch"]
+    sequences: int  # continuous: generations decoding together; micro-batch: texts per batch
+    kv_cache_tokens: int | None = None  # continuous: paged KV cache, tokens over all sequences
+    kv_cache: int | None = None  # continuous: its estimated bytes (None: model shape unknown)
+    window_ms: float | None = None  # micro-batch: how long requests are gathered
+    why: str
+
+
+# --- end of concurrent serving ---------------------------------------------------------------
+
+
 class Candidate(KebabModel):
     """One engine judged against one host."""
 
@@ -75,6 +93,7 @@ class Candidate(KebabModel):
     serving: Serving | None = None  # llama.cpp engines: the serving configuration
     # what it would serve here: a vision engine whose image encoder does not fit is text only
     inputs: tuple[Literal["text", "vision", "audio"], ...] = ("text",)
+    batching: Batching | None = None  # concurrent serving plan (None: not planned here)
 
 
 class Selected(KebabModel):
@@ -91,6 +110,7 @@ class Selected(KebabModel):
     why: str  # why it beat the runner-up, or why it is the only one
     serving: Serving | None = None
     inputs: tuple[Literal["text", "vision", "audio"], ...] = ("text",)  # what it serves
+    batching: Batching | None = None  # concurrent serving plan (None: not planned here)
 
 
 class Decision(KebabModel):

@@ -118,23 +118,14 @@ def padded_context(context_size: int, family: Family) -> int:
     return math.ceil(context_size / pad) * pad
 
 
-def kv_cache_bytes(
-    shape: ModelShape,
-    context_size: int,
-    family: Family = "llama.cpp",
-    *,
-    bytes_per_element: float | None = None,
-) -> int:
-    """K and V for every layer of one sequence; sliding-window layers hold their window plus
-    one batch. ``bytes_per_element``: a quantized cache's (default: the family's)."""
-    if family == "llama.cpp" and bytes_per_element is None:
+def kv_cache_bytes(shape: ModelShape, context_size: int, family: Family = "llama.cpp") -> int:
+    """K and V for every layer; sliding-window layers hold their window plus one batch."""
+    if family == "llama.cpp":
         from snapbuild.estimate_llama import LlamaRun, kv_bytes
 
         return kv_bytes(shape, context_size, LlamaRun())
     consts = family_constants(family)
-    per_elem = float(
-        consts["kv-bytes-per-element"] if bytes_per_element is None else bytes_per_element
-    )
+    per_elem = float(consts["kv-bytes-per-element"])
     if per_elem == 0 or shape.kind == "embeddings":
         return 0
     ctx = padded_context(context_size, family)

@@ -26,6 +26,7 @@ from typing import Any
 
 from hwprobe.profile import GpuFacts, HostProfile, NpuFacts, ProbeWarning
 from runtimes.catalog import RuntimeEntry, load_catalog
+from snapbuild.batching import plan_batching
 from snapbuild.decision import Candidate, Decision, DeviceClass, MemoryEstimate, Selected
 from snapbuild.errors import UsageError
 from snapbuild.estimate import (
@@ -663,7 +664,15 @@ def judge(
     shape = _shape(manifest, engine)
     if compatible and entry.serving == "llama-server" and shape and fit.context:
         available = fit.memory.available if fit.memory else None
-        serving = plan(shape, fit.context, runtime=entry.id, device=device.cls, available=available)
+        pool = fit.memory.pool if fit.memory else "ram"
+        serving = plan(
+            shape,
+            fit.context,
+            runtime=entry.id,
+            device=device.cls,
+            available=available,
+            pool=pool,
+        )
     cand = Candidate(
         engine=engine.name,
         runtime=entry.id,
@@ -681,6 +690,7 @@ def judge(
         slot=device.slot,
         serving=serving,
         inputs=served or ("text",),
+        batching=plan_batching(entry.id, fit.memory, fit.context) if compatible else None,
     )
     return Judged(cand, device.accel, fit.verified, index, v.warnings, missing)
 
@@ -807,6 +817,7 @@ def select(
             artifact=c.artifact,
             quantization=c.quantization,
             slot=c.slot,
+            batching=c.batching,
             why=_why(winner, runner, len(judged) - len(ranked), engine is not None),
             serving=c.serving,
             inputs=c.inputs,

@@ -20,13 +20,8 @@ from typing import Any
 import yaml
 
 from snapbuild.decision import Serving
-from snapbuild.estimate import (
-    ModelShape,
-    compute_bytes,
-    family_constants,
-    kv_cache_bytes,
-    with_headroom,
-)
+from snapbuild.estimate import ModelShape, with_headroom
+from snapbuild.estimate_llama import LlamaRun, Pool, plan_memory, rules, runtime_device
 
 
 @cache
@@ -37,27 +32,18 @@ def serving_table() -> dict[str, Any]:
     return data
 
 
-def kv_types(flash_attention: bool) -> list[tuple[str, float]]:
+def kv_types(flash_attention: bool) -> list[str]:
     """KV-cache types allowed, best first, down to the quality floor; quantized types only
     with flash attention."""
     table = serving_table()
-    out: list[tuple[str, float]] = []
-    for entry in table["kv-cache-types"]:
-        name, size = str(entry["name"]), float(entry["bytes-per-element"])
+    out: list[str] = []
+    for name in table["kv-cache-types"]:
         if name != "f16" and not flash_attention:
             break
-        out.append((name, size))
+        out.append(str(name))
         if name == table["kv-quality-floor"]:
             break
     return out
-
-
-def kv_bytes_per_element(name: str) -> float:
-    """Bytes per element of a KV-cache type."""
-    for entry in serving_table()["kv-cache-types"]:
-        if entry["name"] == name:
-            return float(entry["bytes-per-element"])
-    raise KeyError(name)
 
 
 @dataclass(frozen=True)
@@ -70,15 +56,37 @@ class Option:
     required: int
 
 
-def option(shape: ModelShape, context: int, kv_type: str, slots: int) -> Option:
-    """What ``slots`` sequences of ``context`` tokens need with ``kv_type`` (llama-server
-    without a unified KV cache gives each slot its own cells: slots x one sequence's KV)."""
-    kv = slots * kv_cache_bytes(
-        shape, context, "llama.cpp", bytes_per_element=kv_bytes_per_element(kv_type)
+def server_run(slots: int, kv_type: str, flash_attention: bool) -> LlamaRun:
+    """How llama-server runs with this configuration (llama.cpp's memory depends on it):
+    its batch sizes, and one KV stream per slot (``--no-kv-unified``)."""
+    d = rules()["runs"]["server"]
+    return LlamaRun(
+        slots=slots,
+        kv_type=kv_type,  # type: ignore[arg-type]
+        flash_attn=flash_attention,
+        n_batch=int(d["n-batch"]),
+        n_ubatch=int(d["n-ubatch"]),
+        kv_unified=False,
     )
-    compute = compute_bytes(shape, context, "llama.cpp", peak=True)
-    overhead = int(family_constants("llama.cpp")["overhead"])
-    return Option(kv_type, slots, kv, with_headroom(shape.weights + kv + compute + overhead))
+
+
+def option(
+    shape: ModelShape,
+    context: int,
+    kv_type: str,
+    slots: int,
+    *,
+    runtime: str = "llama.cpp-cpu",
+    flash_attention: bool = True,
+    pool: Pool = "ram",
+) -> Option:
+    """What ``slots`` sequences of ``context`` tokens need with ``kv_type``, at the peak
+    (llama.cpp's own sizing rules, :mod:`snapbuild.estimate_llama`)."""
+    run = server_run(slots, kv_type, flash_attention)
+    peak = plan_memory(
+        shape, slots * context, device=runtime_device(runtime), pool=pool, run=run
+    ).peak
+    return Option(kv_type, slots, peak.kv_cache, with_headroom(peak.total))
 
 
 def plan(
@@ -88,6 +96,7 @@ def plan(
     runtime: str,
     device: str,
     available: int | None,
+    pool: str = "ram",
 ) -> Serving:
     """The serving configuration for ``context`` tokens per slot within ``available`` bytes
     (None: unknown, plan the preferred slots in f16)."""
@@ -99,13 +108,16 @@ def plan(
     def fits(o: Option) -> bool:
         return available is None or o.required <= available
 
+    where: Pool = "vram" if pool == "vram" else "ram"
+
+    def sized(kv_type: str, slots: int) -> Option:
+        return option(
+            shape, context, kv_type, slots, runtime=runtime, flash_attention=flash, pool=where
+        )
+
     best: Option | None = None
-    for kv_type, _ in kv_types(flash):
-        fitting = [
-            o
-            for o in (option(shape, context, kv_type, n) for n in range(preferred, 0, -1))
-            if fits(o)
-        ]
+    for kv_type in kv_types(flash):
+        fitting = [o for o in (sized(kv_type, n) for n in range(preferred, 0, -1)) if fits(o)]
         if not fitting:
             continue
         top = fitting[0]
@@ -113,8 +125,8 @@ def plan(
             best = top
         if best.slots >= enough:
             break
-    if best is None:  # the memory fit passed for one f16 slot, so this is the fallback
-        best = option(shape, context, "f16", 1)
+    if best is None:  # the memory fit passed for one sequence, so this is the fallback
+        best = sized("f16", 1)
     return Serving(
         slots=best.slots,
         context_per_slot=context,

@@ -258,6 +258,7 @@ def _run(ctx: Context) -> None:
         serving=serving,
         llama_root=runtime_dir,  # the llama.cpp component tree (usr/bin/llama-server)
         cors_origins=settings.origins(),
+        batching=decision.selected.batching,
         on_listening=lambda host, port: note(
             ctx, "serving", f"serving {engine} on http://{host}:{port}/v1"
         ),

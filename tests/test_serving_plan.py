@@ -9,6 +9,7 @@ import pytest
 from runtimes.catalog import load_catalog
 from runtimes.llamaserver import ServingConfig, from_plan
 from snapbuild.estimate import shape_from_facts
+from snapbuild.estimate_llama import rules
 from snapbuild.manifest_loader import load_manifest
 from snapbuild.serving import kv_types, option, plan, serving_table
 
@@ -22,11 +23,12 @@ def _smol_shape():  # type: ignore[no-untyped-def]
     return shape
 
 
-def test_kv_type_sizes_are_ggml_block_sizes() -> None:
-    for entry in serving_table()["kv-cache-types"]:
-        name = entry["name"]
+def test_kv_types_are_llama_cpps_with_ggml_block_sizes() -> None:
+    sizes = rules()["kv-cache"]["types"]
+    for name in serving_table()["kv-cache-types"]:
         block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[name.upper()]]
-        assert entry["bytes-per-element"] == size / block, name
+        assert (sizes[name]["block-elements"], sizes[name]["block-bytes"]) == (block, size), name
+    assert serving_table()["kv-quality-floor"] in serving_table()["kv-cache-types"]
 
 
 def test_flash_attention_and_catalog_agree() -> None:
@@ -37,8 +39,8 @@ def test_flash_attention_and_catalog_agree() -> None:
 
 
 def test_quality_floor_and_flash_attention_gate_quantized_caches() -> None:
-    assert [name for name, _ in kv_types(True)] == ["f16", "q8_0"]  # q4_0 is below the floor
-    assert [name for name, _ in kv_types(False)] == ["f16"]  # a quantized V needs FA
+    assert kv_types(True) == ["f16", "q8_0"]  # q4_0 is below the floor
+    assert kv_types(False) == ["f16"]  # a quantized V needs flash attention
 
 
 def test_slots_scale_the_kv_cache() -> None:
@@ -75,7 +77,7 @@ def test_plan_when_tight(slots_f16: int) -> None:
 
 def test_without_flash_attention_the_cache_stays_f16() -> None:
     shape = _smol_shape()
-    budget = option(shape, 4096, "f16", 1).required
+    budget = option(shape, 4096, "f16", 1, flash_attention=False).required
     serving = plan(shape, 4096, runtime="llama.cpp-vulkan-nofa", device="cpu", available=budget)
     assert (serving.kv_cache_type, serving.slots, serving.flash_attention) == ("f16", 1, False)
 

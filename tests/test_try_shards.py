@@ -78,12 +78,12 @@ def sharded(
         "license": "MIT",
         "version": "1",
         "architectures": ["amd64", "arm64"],
-        "model": {"architecture": "llama", "parameters": 1_000_000},
+        "model": {"architecture": "llama", "parameters": 109_760},  # what the file says
         "artifacts": [
             {
                 "name": "tiny-pieces-f32",
                 "format": "gguf",
-                "quantization": "F32",
+                "quantization": "F16",  # the tiny generator writes F16 (general.file_type)
                 "files": [
                     {
                         "path": "tiny.gguf",

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,6 +15,9 @@ from snapbuild.decision import Serving
 from snapbuild.errors import NoEngineError, UsageError
 from snapbuild.manifest import Manifest
 from snapbuild.threads import default_threads as _threads
+
+if TYPE_CHECKING:
+    from snapbuild.decision import Batching
 
 
 def _port(value: str) -> int | str:
@@ -29,9 +33,10 @@ def _port(value: str) -> int | str:
 
 def _choose_engine(
     manifest: Manifest, host: HostProfile, engine: str | None
-) -> tuple[str, int | None, Serving | None, tuple[str, ...] | None]:
+) -> tuple[str, int | None, Serving | None, Batching | None, tuple[str, ...] | None]:
     """The engine to serve, the context size the selector chose for it (None: default), its
-    serving configuration (llama.cpp engines) and the inputs it serves (None: all it reads)."""
+    serving configuration (llama.cpp engines), its plan for concurrent requests (the
+    in-process engines; None: one at a time) and the inputs it serves (None: all it reads)."""
     try:
         from snapbuild.selector import select
     except ImportError:
@@ -40,7 +45,7 @@ def _choose_engine(
                 "the selector is not available in this installation",
                 resolution="name the engine with --engine",
             ) from None
-        return engine, None, None, None
+        return engine, None, None, None, None
     if engine is not None and manifest.engine(engine) is None:
         raise UsageError(
             f"the manifest {manifest.name!r} has no engine {engine!r}",
@@ -57,7 +62,7 @@ def _choose_engine(
             resolution=f"see `snapbuild why-not {manifest.name}`, or force one with --engine",
         )
     s = decision.selected
-    return s.engine, s.context_size, s.serving, s.inputs
+    return s.engine, s.context_size, s.serving, s.batching, s.inputs
 
 
 @click.command("serve")
@@ -103,7 +108,9 @@ def serve_cmd(
     manifest = load_manifest(model)
     port = _port(port_text) if port_text else manifest.default_port
     profile = hwprobe.probe()
-    engine_name, selected_context, plan, inputs = _choose_engine(manifest, profile, engine)
+    engine_name, selected_context, plan, batching, inputs = _choose_engine(
+        manifest, profile, engine
+    )
     chosen = manifest.engine(engine_name)
     assert chosen is not None
     found: list[Path] = []
@@ -144,6 +151,7 @@ def serve_cmd(
         on_listening=listening,
         serving=serving,
         llama_root=llama_root,
+        batching=batching,
     )
 
 
