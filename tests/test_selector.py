@@ -248,3 +248,19 @@ def test_projector_and_image_encoder_are_part_of_the_memory_fit() -> None:
     # 2 x 4096 x 4304 x 4 + hidden 4 x 4096 x 1152 x 4
     encoder = 4096 * 4096 * 16 * 4 + 2 * 4096 * 4304 * 4 + 4 * 4096 * 1152 * 4
     assert with_images.memory.compute - without.memory.compute == encoder
+
+
+def test_when_only_the_text_model_fits_the_engine_serves_text_only() -> None:
+    """3.5 GiB free: Q4_K_M fits at the minimum context, its projector and encoder do not."""
+    decision = select(load_manifest("gemma3"), host(ram=int(3.5 * GIB)))
+    assert decision.selected is not None
+    assert (decision.selected.engine, decision.selected.inputs) == ("cpu-avx2", ("text",))
+    cand = decision.candidate("cpu-avx2")
+    assert cand is not None and cand.memory is not None
+    assert (
+        "images: projector and image encoder (2.0 GiB) do not fit beside the model in 3.5 GiB: "
+        "serves text only"
+    ) in cand.reasons
+    assert cand.memory.weights == 2_490_000_000  # the projector is not loaded
+    roomy = select(load_manifest("gemma3"), host(ram=16 * GIB)).selected
+    assert roomy is not None and roomy.inputs == ("text", "vision")
