@@ -54,6 +54,7 @@ class LocalEngine:
         self.queue: EngineQueue | None = None
         self.capabilities = adapter.capabilities
         self.notes = adapter.notes
+        self.inputs: tuple[str, ...] = tuple(getattr(adapter, "inputs", ("text",)))
         gauges = getattr(adapter, "metrics", None)
         if callable(gauges):  # adapters that batch report their own figures
             metrics.sources.append(gauges)
@@ -104,7 +105,7 @@ class LocalEngine:
     async def chat(self, payload: dict[str, Any], request: Request) -> Response:
         body = s.ChatCompletionRequest.model_validate(payload)
         self._refuse_unsupported(body)
-        messages = [Message(m.role, m.text()) for m in body.messages]
+        messages = [Message(m.role, m.text(), m.image_bytes()) for m in body.messages]
         params = _params(body, body.max_completion_tokens or body.max_tokens)
         adapter = self.adapter
 

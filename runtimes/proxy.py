@@ -98,6 +98,11 @@ class LlamaServerEngine:
         """The runtime id."""
         return self.options.runtime
 
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """What it takes in: images too when a projector (mmproj) is loaded beside the weights."""
+        return ("text", "vision") if self.options.projector is not None else ("text",)
+
     # lifecycle -----------------------------------------------------------------------------
     def _binary(self) -> ServerBinary:
         if self._server is None:
@@ -109,11 +114,14 @@ class LlamaServerEngine:
         model, device = self.options.artifact, self.options.device
 
         template = self.options.chat_template
+        projector = self.options.projector
 
         def command(socket: str) -> list[str]:
             args = server_command(
                 server, model, config, socket, device=device, embeddings=embeddings
             )
+            if projector is not None and not embeddings:
+                args += ["--mmproj", str(projector)]
             if template and not embeddings:  # the manifest's template wins over the GGUF's
                 path = Path(socket).with_name("chat-template.jinja")
                 path.write_text(template, encoding="utf-8")
@@ -133,6 +141,12 @@ class LlamaServerEngine:
             raise RuntimeFailure(
                 f"llama.cpp could not load {self.options.artifact}: no such file",
                 resolution="fetch the engine's artifact with `snapbuild fetch`",
+            )
+        projector = self.options.projector
+        if projector is not None and not projector.is_file():
+            raise RuntimeFailure(
+                f"llama.cpp could not load the projector {projector}: no such file",
+                resolution="fetch the engine's projector artifact with `snapbuild fetch`",
             )
         self.main = self._supervisor(self.config, embeddings=False)
         self.main.start()
@@ -195,6 +209,7 @@ class LlamaServerEngine:
             "cache-reuse": c.cache_reuse,
             "threads": c.threads,
             "capabilities": sorted(self.capabilities),
+            "projector": str(self.options.projector) if self.options.projector else None,
             "notes": list(self.notes),
         }
         if self.main is not None:

@@ -8,6 +8,7 @@ servers commonly do, so clients that send extra options still work; wrong types 
 
 from __future__ import annotations
 
+import base64
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -18,10 +19,24 @@ class _Request(BaseModel):
 
 
 class TextPart(BaseModel):
-    """A text part of a message's content list (the only part type a text model accepts)."""
+    """A text part of a message's content list."""
 
     type: Literal["text"] = "text"
     text: str
+
+
+class ImageUrl(BaseModel):
+    """Where an image is: a ``data:`` URL (PNG, JPEG, WebP), or http(s) where allowed."""
+
+    url: str
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+class ImagePart(BaseModel):
+    """An image part of a message's content list (models that take images; runtimes.images)."""
+
+    type: Literal["image_url"]
+    image_url: ImageUrl
 
 
 class FunctionCall(_Request):
@@ -43,7 +58,7 @@ class ChatMessage(_Request):
     """One message of the conversation; ``tool`` messages answer an assistant's tool call."""
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    content: str | list[TextPart | ImagePart] | None = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
@@ -54,7 +69,14 @@ class ChatMessage(_Request):
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.text for part in self.content)
+        return "".join(part.text for part in self.content if isinstance(part, TextPart))
+
+    def image_bytes(self) -> tuple[bytes, ...]:
+        """The images' bytes, in order (the gateway rewrote each as a base64 data: URL)."""
+        if not isinstance(self.content, list):
+            return ()
+        urls = [p.image_url.url for p in self.content if isinstance(p, ImagePart)]
+        return tuple(base64.b64decode(u.partition(",")[2]) for u in urls)
 
 
 class StreamOptions(_Request):
@@ -336,6 +358,7 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "snapbuild"
+    inputs: list[Literal["text", "vision", "audio"]] = ["text"]  # what the model takes in
 
 
 class ModelList(BaseModel):
@@ -379,6 +402,7 @@ class Health(BaseModel):
     runtime: str
     device: str
     context_size: int
+    inputs: list[Literal["text", "vision", "audio"]] = ["text"]  # what the model takes in
     detail: str | None = None
     runtime_info: dict[str, object] = Field(default_factory=dict)
     generations: QueueStats

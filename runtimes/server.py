@@ -41,6 +41,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from runtimes import schemas as s
 from runtimes.base import LoadOptions, RuntimeAdapter, adapter_class
 from runtimes.errors import ApiError, error_json
+from runtimes.images import ImagePolicy, check_request
 from runtimes.local import MAX_EMBEDDING_INPUTS, LocalEngine
 from runtimes.metrics import Metrics
 from snapbuild.errors import SnapbuildError, UsageError
@@ -189,6 +190,8 @@ class ServerState:
     context_size: int
     metrics: Metrics
     max_choices: int = 1
+    inputs: tuple[str, ...] = ("text",)  # what the engine takes in (images: runtimes.images)
+    images: ImagePolicy = field(default_factory=ImagePolicy)
     status: str = "loading"
     detail: str | None = None
     load_error: BaseException | None = None
@@ -237,6 +240,7 @@ def create_app(
     cors_origins: Sequence[str] | None = None,
     metrics: Metrics | None = None,
     max_choices: int = 1,
+    images: ImagePolicy | None = None,
 ) -> FastAPI:
     """Build the app around ``engine`` (an in-process adapter is wrapped in a
     :class:`LocalEngine`); it starts (loads, warms up) in the background at startup and answers
@@ -247,7 +251,15 @@ def create_app(
         engine = LocalEngine(engine, context_size=context_size, metrics=metrics)
     assert not isinstance(engine, RuntimeAdapter)
     state = ServerState(
-        engine, model_id, engine_name, device, context_size, metrics, max_choices=max_choices
+        engine,
+        model_id,
+        engine_name,
+        device,
+        context_size,
+        metrics,
+        max_choices=max_choices,
+        inputs=tuple(getattr(engine, "inputs", ("text",))),
+        images=images or ImagePolicy(),
     )
 
     @contextlib.asynccontextmanager
@@ -389,6 +401,7 @@ def _install_routes(app: FastAPI, state: ServerState) -> None:
             runtime=state.engine.runtime,
             device=state.device,
             context_size=state.context_size,
+            inputs=list(state.inputs),
             detail=detail,
             runtime_info=state.engine.describe(),
             generations=s.QueueStats(**state.engine.stats()),
@@ -430,7 +443,10 @@ def _install_routes(app: FastAPI, state: ServerState) -> None:
         """Chat with the model; ``stream: true`` answers server-sent events ending in [DONE]."""
         _check_ready(state, body.model, "chat")
         _check_choices(state, body.n)
-        return await state.engine.chat(await request.json(), request)
+        payload = await check_request(
+            await request.json(), state.images, state.inputs, state.model_id
+        )
+        return await state.engine.chat(payload, request)
 
     @app.post(
         "/v1/completions",
@@ -484,7 +500,7 @@ def _stream_doc(chunk: type[Any]) -> dict[str, Any]:
 
 
 def _card(state: ServerState) -> s.ModelCard:
-    return s.ModelCard(id=state.model_id, created=state.created)
+    return s.ModelCard(id=state.model_id, created=state.created, inputs=list(state.inputs))  # type: ignore[arg-type]
 
 
 def _check_model(state: ServerState, model: str) -> None:
@@ -610,6 +626,8 @@ def run(
     serving: ServingConfig | None = None,
     llama_root: Path | None = None,
     cors_origins: Sequence[str] | None = None,
+    projector_path: Path | None = None,
+    images: ImagePolicy | None = None,
     batching: Batching | None = None,
 ) -> None:
     """Serve ``manifest``'s ``engine_name`` until interrupted (``snapbuild serve``, snap daemon).
@@ -655,6 +673,7 @@ def run(
         threads=threads,
         llama_root=llama_root,
         chat_template=manifest.model.chat_template,
+        projector=projector_path,
         **load_options(batching),
     )
     chosen, choices = build_engine(
@@ -678,6 +697,7 @@ def run(
         cors_origins=cors_origins,
         metrics=metrics,
         max_choices=choices,
+        images=images,
     )
     config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=3)
     server = uvicorn.Server(config)

@@ -91,6 +91,8 @@ class Candidate(KebabModel):
     rank: int | None = None  # 1 = best; None for incompatible engines
     slot: str | None = None  # PCI slot of the GPU/NPU the engine would use
     serving: Serving | None = None  # llama.cpp engines: the serving configuration
+    # what it would serve here: a vision engine whose image encoder does not fit is text only
+    inputs: tuple[Literal["text", "vision", "audio"], ...] = ("text",)
     batching: Batching | None = None  # concurrent serving plan (None: not planned here)
 
 
@@ -107,6 +109,7 @@ class Selected(KebabModel):
     slot: str | None = None
     why: str  # why it beat the runner-up, or why it is the only one
     serving: Serving | None = None
+    inputs: tuple[Literal["text", "vision", "audio"], ...] = ("text",)  # what it serves
     batching: Batching | None = None  # concurrent serving plan (None: not planned here)
 
 

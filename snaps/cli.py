@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -63,6 +64,7 @@ def status_data(ctx: Context) -> dict[str, Any]:
         "runtime": selected.runtime if selected else None,
         "device": selected.device if selected else None,
         "quantization": selected.quantization if selected else None,
+        "inputs": list(selected.inputs) if selected else None,
         "forced": state.forced,
         "service": {
             "name": ctx.env.service,
@@ -112,6 +114,8 @@ def _status_text(data: dict[str, Any]) -> str:
         f"endpoint:     {data['endpoint']}",
         f"context-size: {data['context-size']}",
     ]
+    if data["inputs"]:
+        lines.insert(2, f"inputs:       {', '.join(data['inputs'])}")
     if data["serving"]:
         lines.append(f"serving:      {Serving.model_validate(data['serving']).summary()}")
     if service["active"]:
@@ -426,13 +430,21 @@ def unset(keys: tuple[str, ...]) -> None:
 # chat --------------------------------------------------------------------------------------
 @cli.command()
 @click.option("--max-tokens", type=int, default=None, help="Limit each answer's length.")
-def chat(max_tokens: int | None) -> None:
+@click.option(
+    "--image",
+    "images",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Attach a PNG, JPEG or WebP image to the first message (repeatable).",
+)
+def chat(max_tokens: int | None, images: tuple[Path, ...]) -> None:
     """Chat with the model through the local API (one message per line when piped)."""
     from snaps.chat import base_url, run_chat
 
     ctx = Context.load()
     settings = ctx.settings()
-    run_chat(base_url(settings.host, settings.port), ctx.manifest.name, max_tokens=max_tokens)
+    url = base_url(settings.host, settings.port)
+    run_chat(url, ctx.manifest.name, max_tokens=max_tokens, images=images)
 
 
 # what snapd runs ---------------------------------------------------------------------------

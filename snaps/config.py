@@ -20,7 +20,8 @@ from snapbuild.decision import Candidate
 from snapbuild.errors import UsageError
 from snapbuild.manifest import Manifest
 
-KEYS = ("port", "host", "context-size", "engine", "cors-origins")
+KEYS = ("port", "host", "context-size", "engine", "cors-origins", "remote-images")
+BOOLEANS = ("true", "false")
 ORIGIN_RE = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(:\d{1,5})?$")
 DEFAULT_HOST = "127.0.0.1"
 AUTO = "auto"
@@ -40,6 +41,8 @@ class Settings:
     env: dict[str, str] = field(default_factory=dict)  # runtime variable -> value
     # browser origins allowed to call the API, comma-separated ("*": any); empty: loopback only
     cors_origins: str = ""
+    # "true": the server fetches http(s) image URLs itself (bounded); default: data: URLs only
+    remote_images: str = "false"
 
     def origins(self) -> list[str]:
         """``cors_origins`` as a list (empty: the server's loopback default)."""
@@ -53,6 +56,7 @@ class Settings:
             "context-size": self.context_size,
             "engine": self.engine,
             "cors-origins": self.cors_origins,
+            "remote-images": self.remote_images,
             "env": dict(sorted(self.env.items())),
         }
 
@@ -130,6 +134,7 @@ def effective(
         engine=str(stored.get("engine") or AUTO),
         env=env,
         cors_origins=str(stored.get("cors-origins") or ""),
+        remote_images=str(stored.get("remote-images") or "false").lower(),
     )
 
 
@@ -216,6 +221,11 @@ def validate(
                 f"cors-origins: {origin!r} is not an origin (scheme://host[:port], e.g. "
                 "http://localhost:3000, or * for any)"
             )
+    if settings.remote_images not in BOOLEANS:
+        problems.append(
+            f"remote-images must be true or false, not {settings.remote_images!r} (true lets the "
+            "server fetch http(s) image URLs that clients send)"
+        )
     for name in settings.env:
         if not ENV_NAME_RE.match(name):
             problems.append(f"env.{name} is not a valid environment variable name")

@@ -220,6 +220,11 @@ def _run(ctx: Context) -> None:
     prepare_imports(runtime_dir, runtime_library_paths(decision))
     note(ctx, "preparing", f"preparing the weights of {engine}")
     model_path = artifacts.ready(ctx.env, ctx.manifest, engine, log)
+    projector = (
+        artifacts.resolve_projector(ctx.env, ctx.manifest, engine)
+        if "vision" in decision.selected.inputs
+        else None  # no projector, or its image encoder does not fit here: text only
+    )
     engine_entry = ctx.manifest.engine(engine)
     if engine_entry is not None:
         check_loadable(model_path, ctx.manifest.artifact(engine_entry.artifact).format)
@@ -232,6 +237,7 @@ def _run(ctx: Context) -> None:
         f"starting {engine} ({decision.selected.runtime} on {decision.selected.device}) "
         f"on {url} with context {settings.context_size}, {threads or 'default'} threads"
     )
+    from runtimes.images import ImagePolicy
     from runtimes.llamaserver import from_plan
     from runtimes.server import run as serve
 
@@ -247,6 +253,8 @@ def _run(ctx: Context) -> None:
         context_size=settings.context_size,
         threads=threads,
         artifact_path=model_path,
+        projector_path=projector,
+        images=ImagePolicy(remote_urls=settings.remote_images == "true"),
         serving=serving,
         llama_root=runtime_dir,  # the llama.cpp component tree (usr/bin/llama-server)
         cors_origins=settings.origins(),

@@ -52,7 +52,8 @@ def test_keys_are_normalized_to_snapd_option_names() -> None:
     assert err.value.brief == "unknown setting 'colour'"
     assert (
         err.value.resolution
-        == "Settings are port, host, context-size, engine, cors-origins and env.NAME."
+        == "Settings are port, host, context-size, engine, cors-origins, remote-images and "
+        "env.NAME."
     )
 
 
@@ -77,8 +78,20 @@ def test_effective_settings_overlay_defaults(manifest) -> None:  # type: ignore[
         "context-size": 2048,
         "engine": "auto",
         "cors-origins": "",
+        "remote-images": "false",
         "env": {"OMP_NUM_THREADS": "2"},
     }
+
+
+def test_remote_images_is_true_or_false(manifest) -> None:  # type: ignore[no-untyped-def]
+    allowed = config.effective({"remote-images": "TRUE"}, manifest, 2048)
+    assert allowed.remote_images == "true"
+    assert config.validate(allowed, manifest, None, own_port=allowed.port) == []
+    wrong = config.effective({"remote-images": "sometimes"}, manifest, 2048)
+    assert config.validate(wrong, manifest, None, own_port=wrong.port) == [
+        "remote-images must be true or false, not 'sometimes' (true lets the server fetch "
+        "http(s) image URLs that clients send)"
+    ]
 
 
 def test_max_context_is_linear_in_kv_cache(manifest) -> None:  # type: ignore[no-untyped-def]

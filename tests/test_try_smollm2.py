@@ -142,6 +142,7 @@ def test_status_and_engines(tried: tuple[Trial, str, int]) -> None:
         "runtime": "llama.cpp-cpu",
         "device": "cpu",
         "quantization": "Q4_1",
+        "inputs": ["text"],
         "forced": False,
         "service": {"name": "smollm2.server", "enabled": True, "active": False},
         "endpoint": f"http://127.0.0.1:{port}/v1",
@@ -151,14 +152,15 @@ def test_status_and_engines(tried: tuple[Trial, str, int]) -> None:
         "notes": [],
     }
     text = trial.run("status").stdout.splitlines()
-    assert text[5].startswith(
+    assert text[6].startswith(
         "serving:      8 parallel slots x 4096 tokens, f16 KV cache, flash attention on, "
         "prompt-cache reuse from 256 tokens (8 slots, the device's preferred number, fit in f16"
     )
-    del text[5]
+    del text[6]
     assert text == [
         "model:        smollm2",
         f"engine:       {active} (llama.cpp-cpu on cpu, Q4_1)",
+        "inputs:       text",
         "service:      smollm2.server (inactive, enabled)",
         f"endpoint:     http://127.0.0.1:{port}/v1",
         "context-size: 4096",
