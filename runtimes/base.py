@@ -34,10 +34,12 @@ class UnsupportedError(SnapbuildError):
 
 @dataclass(frozen=True)
 class Message:
-    """One chat message, already reduced to plain text."""
+    """One chat message, reduced to plain text and the bytes of its checked images (only
+    engines that take images receive any: runtimes.images refuses them for the others)."""
 
     role: str
     content: str
+    images: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,12 @@ class LoadOptions:
     context_size: int = 4096
     threads: int | None = None  # None: the runtime's own default
     gpu_layers: int | None = None  # llama.cpp offload; None: all layers when the build can
+    # llama.cpp engines serve through llama-server: its component tree (usr/bin/llama-server,
+    # usr/lib), or the binary itself; None: $SNAPBUILD_LLAMA_ROOT
+    llama_root: Path | None = None
+    llama_server: Path | None = None
     chat_template: str | None = None  # the manifest's model.chat-template (runtimes.templates)
+    projector: Path | None = None  # llama.cpp's mmproj beside the weights: the engine reads images
     # concurrent serving (issue 13), from the Decision's batching plan; 1: one at a time
     sequences: int = 1  # continuous: sequences decoding together; micro-batch: texts per batch
     batch_window_ms: float = 5.0  # micro-batch: how long concurrent requests are gathered

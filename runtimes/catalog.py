@@ -84,7 +84,12 @@ class RuntimeEntry(KebabModel):
     npu_vendors: tuple[str, ...] = ()
     formats: tuple[Literal["gguf", "openvino-ir", "onnx"], ...]
     adapter: str  # "module:Class"
+    # how the gateway serves it: the adapter in its own process, or llama.cpp's llama-server
+    # as a supervised child (continuous batching over parallel slots)
+    serving: Literal["in-process", "llama-server"] = "in-process"
     capabilities: tuple[Capability, ...]
+    # what the runtime can take in on the devices it drives (snapbuild.vision ranks by it)
+    inputs: tuple[Literal["text", "vision", "audio"], ...] = ("text",)
     component: str  # the snap component holding this runtime build
     interfaces: tuple[str, ...] = ()  # snap interfaces the runtime needs beyond the base set
     extensions: tuple[Literal["gpu"], ...] = ()  # snapcraft extensions its apps need

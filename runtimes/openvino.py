@@ -205,8 +205,19 @@ class OpenVinoAdapter(RuntimeAdapter):
         yield Delta("", finish_reason=reason, usage=finish_usage(prompt_tokens, last.generated))
 
     def _complete_one(
-        self, prompt: str, params: SamplingParams, cancel: threading.Event
+        self,
+        prompt: str,
+        params: SamplingParams,
+        cancel: threading.Event,
+        run: Callable[[Any, Any], Any] | None = None,
     ) -> Iterator[Delta]:
+        """One generation in a thread; ``run(config, streamer)`` is the pipeline call (default:
+        the LLMPipeline on ``prompt``; the vision adapter passes VLMPipeline's with images)."""
+        if run is None:
+
+            def run(config: Any, streamer: Any) -> Any:
+                return self.pipe.generate([prompt], config, streamer)
+
         prompt_tokens = self.count_tokens(prompt)
         config = self._config(params, prompt_tokens)
         pieces: queue.Queue[Any] = queue.Queue()
@@ -218,7 +229,7 @@ class OpenVinoAdapter(RuntimeAdapter):
 
         def work() -> None:
             try:
-                outcome["result"] = self.pipe.generate([prompt], config, streamer)
+                outcome["result"] = run(config, streamer)
             except Exception as exc:  # reported to the consumer, never lost in the thread
                 outcome["error"] = exc
             finally:

@@ -8,7 +8,8 @@ servers commonly do, so clients that send extra options still work; wrong types 
 
 from __future__ import annotations
 
-from typing import Literal
+import base64
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,17 +19,49 @@ class _Request(BaseModel):
 
 
 class TextPart(BaseModel):
-    """A text part of a message's content list (the only part type a text model accepts)."""
+    """A text part of a message's content list."""
 
     type: Literal["text"] = "text"
     text: str
 
 
+class ImageUrl(BaseModel):
+    """Where an image is: a ``data:`` URL (PNG, JPEG, WebP), or http(s) where allowed."""
+
+    url: str
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+class ImagePart(BaseModel):
+    """An image part of a message's content list (models that take images; runtimes.images)."""
+
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+
+class FunctionCall(_Request):
+    """A function the assistant called: its name and JSON-encoded arguments."""
+
+    name: str
+    arguments: str
+
+
+class ToolCall(_Request):
+    """One tool call of an assistant message (in the history, or generated)."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(_Request):
-    """One message of the conversation."""
+    """One message of the conversation; ``tool`` messages answer an assistant's tool call."""
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    content: str | list[TextPart | ImagePart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
 
     def text(self) -> str:
         """The content as plain text."""
@@ -36,7 +69,14 @@ class ChatMessage(_Request):
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.text for part in self.content)
+        return "".join(part.text for part in self.content if isinstance(part, TextPart))
+
+    def image_bytes(self) -> tuple[bytes, ...]:
+        """The images' bytes, in order (the gateway rewrote each as a base64 data: URL)."""
+        if not isinstance(self.content, list):
+            return ()
+        urls = [p.image_url.url for p in self.content if isinstance(p, ImagePart)]
+        return tuple(base64.b64decode(u.partition(",")[2]) for u in urls)
 
 
 class StreamOptions(_Request):
@@ -51,7 +91,9 @@ class _Sampling(_Request):
     top_p: float | None = Field(default=None, gt=0, le=1)
     top_k: int | None = Field(default=None, ge=0, description="Extension: top-k sampling.")
     seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
-    stop: str | list[str] | None = Field(default=None, max_length=16)
+    stop: str | Annotated[list[str], Field(max_length=16)] | None = Field(
+        default=None, description="Up to 16 stop strings, of any length; never in the output."
+    )
     presence_penalty: float = Field(default=0.0, ge=-2, le=2)
     frequency_penalty: float = Field(default=0.0, ge=-2, le=2)
     logit_bias: dict[str, float] | None = Field(
@@ -60,7 +102,9 @@ class _Sampling(_Request):
     ignore_eos: bool = Field(
         default=False, description="Extension: generate max_tokens even past end-of-sequence."
     )
-    n: Literal[1] = Field(default=1, description="Only one choice per request is supported.")
+    n: int = Field(
+        default=1, ge=1, le=128, description="Choices to generate (llama.cpp: up to its slots)."
+    )
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
@@ -72,12 +116,63 @@ class _Sampling(_Request):
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
 
 
+class JsonSchemaFormat(_Request):
+    """``response_format.json_schema``: the schema the reply must satisfy."""
+
+    name: str = Field(max_length=64)
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Request):
+    """``response_format``: free text, any JSON object, or JSON fitting a schema."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class FunctionDefinition(_Request):
+    """A function the model may call."""
+
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(_Request):
+    """A tool (a function) offered to the model."""
+
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class NamedFunction(_Request):
+    """The function ``tool_choice`` forces."""
+
+    name: str
+
+
+class NamedToolChoice(_Request):
+    """``tool_choice`` forcing one function."""
+
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
 class ChatCompletionRequest(_Sampling):
     """POST /v1/chat/completions."""
 
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
+    response_format: ResponseFormat | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
 
 
 class CompletionRequest(_Sampling):
@@ -85,6 +180,8 @@ class CompletionRequest(_Sampling):
 
     prompt: str | list[str] = Field(description="One prompt (a list must hold exactly one).")
     max_tokens: int | None = Field(default=16, ge=1)
+    logprobs: int | None = Field(default=None, ge=0, le=5)
+    echo: bool = False
 
 
 class EmbeddingRequest(_Request):
@@ -104,19 +201,56 @@ class UsageInfo(BaseModel):
     total_tokens: int
 
 
+class GeneratedCall(BaseModel):
+    """A generated function call."""
+
+    name: str
+    arguments: str
+
+
+class GeneratedToolCall(BaseModel):
+    """A generated tool call."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: GeneratedCall
+
+
 class AssistantMessage(BaseModel):
-    """The generated message."""
+    """The generated message (``content`` is null when it is only tool calls)."""
 
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    refusal: str | None = None
+    tool_calls: list[GeneratedToolCall] | None = None
+
+
+class TokenLogprob(BaseModel):
+    """One token's log probability, with its most likely alternatives."""
+
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+    top_logprobs: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ChoiceLogprobs(BaseModel):
+    """Log probabilities of a chat choice's tokens."""
+
+    content: list[TokenLogprob] | None = None
+    refusal: list[TokenLogprob] | None = None
+
+
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
 
 
 class ChatChoice(BaseModel):
-    """One (the only) choice."""
+    """One choice."""
 
     index: int = 0
     message: AssistantMessage
-    finish_reason: Literal["stop", "length"] | None
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: FinishReason | None
 
 
 class ChatCompletion(BaseModel):
@@ -126,15 +260,34 @@ class ChatCompletion(BaseModel):
     object: Literal["chat.completion"] = "chat.completion"
     created: int
     model: str
+    system_fingerprint: str | None = None
     choices: list[ChatChoice]
     usage: UsageInfo
 
 
-class ChunkDelta(BaseModel):
-    """The new text of a stream chunk."""
+class ChunkFunction(BaseModel):
+    """A piece of a streamed function call."""
 
-    role: Literal["assistant"] | None = None
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ChunkToolCall(BaseModel):
+    """A piece of a streamed tool call."""
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: ChunkFunction | None = None
+
+
+class ChunkDelta(BaseModel):
+    """The new text of a stream chunk (``role`` only on the first chunk, never null)."""
+
+    role: Literal["assistant"] = "assistant"
     content: str | None = None
+    refusal: str | None = None
+    tool_calls: list[ChunkToolCall] | None = None
 
 
 class ChunkChoice(BaseModel):
@@ -142,7 +295,8 @@ class ChunkChoice(BaseModel):
 
     index: int = 0
     delta: ChunkDelta
-    finish_reason: Literal["stop", "length"] | None = None
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: FinishReason | None = None
 
 
 class ChatCompletionChunk(BaseModel):
@@ -152,6 +306,7 @@ class ChatCompletionChunk(BaseModel):
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
     created: int
     model: str
+    system_fingerprint: str | None = None
     choices: list[ChunkChoice]
     usage: UsageInfo | None = None
 
@@ -161,8 +316,8 @@ class CompletionChoice(BaseModel):
 
     index: int = 0
     text: str
-    logprobs: None = None
-    finish_reason: Literal["stop", "length"] | None
+    logprobs: dict[str, Any] | None = None
+    finish_reason: Literal["stop", "length", "content_filter"] | None
 
 
 class Completion(BaseModel):
@@ -172,6 +327,7 @@ class Completion(BaseModel):
     object: Literal["text_completion"] = "text_completion"
     created: int
     model: str
+    system_fingerprint: str | None = None
     choices: list[CompletionChoice]
     usage: UsageInfo | None = None
 
@@ -202,6 +358,7 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "snapbuild"
+    inputs: list[Literal["text", "vision", "audio"]] = ["text"]  # what the model takes in
 
 
 class ModelList(BaseModel):
@@ -239,12 +396,13 @@ class QueueStats(BaseModel):
 class Health(BaseModel):
     """GET /health: 200 with status ok only once the model is loaded and warmed up."""
 
-    status: Literal["ok", "loading", "error"]
+    status: Literal["ok", "loading", "restarting", "error"]
     model: str
     engine: str
     runtime: str
     device: str
     context_size: int
+    inputs: list[Literal["text", "vision", "audio"]] = ["text"]  # what the model takes in
     detail: str | None = None
     runtime_info: dict[str, object] = Field(default_factory=dict)
     generations: QueueStats

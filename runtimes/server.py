@@ -2,101 +2,68 @@
 
 Same base path (``/v1``), same model id (the snap's name), same request, streaming and error
 shapes for llama.cpp, OpenVINO and ONNX Runtime: clients never learn which engine the selector
-chose. FastAPI serves it (pydantic models make the OpenAPI document), uvicorn runs it.
+chose. FastAPI serves it (pydantic models make the OpenAPI document), uvicorn runs it, and it is
+the only public listener: llama.cpp engines answer through a supervised llama-server child on a
+private Unix socket (:mod:`runtimes.proxy`), the others in this process
+(:mod:`runtimes.local`).
 
 Guarantees and where they live:
 - errors are OpenAI's ``{"error": {message, type, param, code}}`` with the right status
   (exception handlers below);
 - bodies over ``max_body_bytes`` are refused with 413 by :class:`BodyLimit`, which counts the
   bytes actually received, so a lying or missing Content-Length does not get past it;
-- one generation at a time per engine (as many as a batching adapter's ``concurrency``), first
-  come first served, a disconnect cancels its generation (:mod:`runtimes.scheduler`);
-- ``/health`` answers 200 only once the model is loaded and a warm-up request succeeded.
+- ``/health`` answers 200 only once the engine is ready and a warm-up request succeeded, and
+  says when llama-server died and is being restarted;
+- ``/metrics`` (Prometheus) and CORS (loopback origins unless configured) for every engine;
+- ``/`` is a small chat page for people, talking to ``/v1`` like any client.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import errno
-import json
 import logging
 import socket
-import struct
-import threading
 import time
-import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from runtimes import schemas as s
-from runtimes.base import (
-    Delta,
-    LoadOptions,
-    Message,
-    RuntimeAdapter,
-    SamplingParams,
-    UnsupportedError,
-    Usage,
-    adapter_class,
-)
-from runtimes.scheduler import EngineQueue
+from runtimes.base import LoadOptions, RuntimeAdapter, adapter_class
+from runtimes.errors import ApiError, error_json
+from runtimes.images import ImagePolicy, check_request
+from runtimes.local import MAX_EMBEDDING_INPUTS, LocalEngine
+from runtimes.metrics import Metrics
 from snapbuild.errors import SnapbuildError, UsageError
 
 if TYPE_CHECKING:
+    from runtimes.llamaserver import ServingConfig
     from snapbuild.decision import Batching
     from snapbuild.manifest import Manifest
+
+__all__ = ["ApiError", "BodyLimit", "PortInUseError", "bind_socket", "create_app", "run"]
 
 log = logging.getLogger("snapbuild.server")
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
-MAX_EMBEDDING_INPUTS = 2048
 NOT_AN_OBJECT = ("model_attributes_type", "dict_type", "missing")
+# loopback pages only, unless the operator configures origins (`<snap> set cors-origins=...`)
+LOOPBACK_ORIGINS = r"^https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?$"
+LIVE_REFRESH_S = 1.0
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-class ApiError(Exception):
-    """An error returned to the client in OpenAI's shape."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type: str = "invalid_request_error",
-        param: str | None = None,
-        code: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type
-        self.param = param
-        self.code = code
-
-    def response(self) -> JSONResponse:
-        """The JSON response."""
-        return JSONResponse(self.body(), status_code=self.status)
-
-    def body(self) -> dict[str, Any]:
-        """The error object."""
-        error = s.ErrorBody(message=self.message, type=self.type, param=self.param, code=self.code)
-        return {"error": error.model_dump()}
-
-
-def _error_json(status: int, message: str, **kwargs: Any) -> bytes:
-    return json.dumps(ApiError(status, message, **kwargs).body()).encode()
 
 
 class BodyLimit:
@@ -146,7 +113,7 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     async def _refuse(self, send: Send, size: int) -> None:
-        payload = _error_json(
+        payload = error_json(
             413,
             f"request body too large: more than {self.limit} bytes (got at least {size}); "
             "send smaller requests",
@@ -166,21 +133,87 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": payload})
 
 
+class Engine(Protocol):
+    """What the gateway needs from an engine (:class:`LocalEngine`, ``LlamaServerEngine``)."""
+
+    notes: list[str]
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """What it does: chat, completion, embeddings."""
+        ...
+
+    @property
+    def runtime(self) -> str:
+        """The runtime id."""
+        ...
+
+    async def start(self) -> None:
+        """Load and warm up; raise when that fails."""
+
+    async def stop(self) -> None:
+        """Release everything."""
+
+    def describe(self) -> dict[str, Any]:
+        """What runs (``runtime_info`` in /health)."""
+        ...
+
+    def stats(self) -> dict[str, int]:
+        """Request counters (``generations`` in /health)."""
+        ...
+
+    async def refresh_live(self) -> dict[str, float]:
+        """Live gauges: queue depth, busy slots, KV-cache use."""
+        ...
+
+    async def chat(self, payload: dict[str, Any], request: Request) -> Response:
+        """A validated chat request."""
+        ...
+
+    async def completions(self, payload: dict[str, Any], request: Request) -> Response:
+        """A validated completion request."""
+        ...
+
+    async def embeddings(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """A validated embeddings request."""
+        ...
+
+
 @dataclass
 class ServerState:
-    """What the endpoints share: the adapter, its queue, the identity, the load status."""
+    """What the endpoints share: the engine, the identity, the load status, the metrics."""
 
-    adapter: RuntimeAdapter
+    engine: Engine
     model_id: str
-    engine: str
+    engine_name: str
     device: str
     context_size: int
-    queue: EngineQueue | None = None
+    metrics: Metrics
+    max_choices: int = 1
+    inputs: tuple[str, ...] = ("text",)  # what the engine takes in (images: runtimes.images)
+    images: ImagePolicy = field(default_factory=ImagePolicy)
     status: str = "loading"
     detail: str | None = None
     load_error: BaseException | None = None
-    ready: threading.Event = field(default_factory=threading.Event)
     created: int = field(default_factory=lambda: int(time.time()))
+    live: dict[str, float] = field(default_factory=dict)
+    live_at: float = 0.0
+
+    def current(self) -> tuple[str, str | None]:
+        """(status, detail) now: a supervised child may have died since the load."""
+        status_of = getattr(self.engine, "status", None)
+        if self.status == "ok" and callable(status_of):
+            status, detail = status_of()
+            return str(status), detail
+        return self.status, self.detail
+
+    async def live_figures(self) -> dict[str, float]:
+        """The engine's gauges, read at most once a second."""
+        if time.monotonic() - self.live_at >= LIVE_REFRESH_S and self.status == "ok":
+            self.live_at = time.monotonic()
+            with contextlib.suppress(Exception):
+                self.live = await self.engine.refresh_live()
+        return self.live
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -190,32 +223,51 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (404, "Unknown model id"),
         (413, "Request body too large"),
         (422, "A field has a wrong type or value"),
-        (503, "The model is still loading or failed to load"),
+        (503, "The model is still loading, failed to load, or its server is restarting"),
     )
 }
 
 
 def create_app(
-    adapter: RuntimeAdapter,
+    engine: Engine | RuntimeAdapter,
     *,
     model_id: str,
-    engine: str,
-    device: str,
+    engine_name: str = "main",
+    device: str = "cpu",
     context_size: int,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     on_load_error: Callable[[BaseException], None] | None = None,
+    cors_origins: Sequence[str] | None = None,
+    metrics: Metrics | None = None,
+    max_choices: int = 1,
+    images: ImagePolicy | None = None,
 ) -> FastAPI:
-    """Build the app around ``adapter``; it loads (when not loaded yet) and warms up in the
-    background at startup, answering 503 until both succeeded."""
-    state = ServerState(adapter, model_id, engine, device, context_size)
+    """Build the app around ``engine`` (an in-process adapter is wrapped in a
+    :class:`LocalEngine`); it starts (loads, warms up) in the background at startup and answers
+    503 until that succeeded. ``cors_origins``: allowed browser origins (``["*"]`` for any);
+    None allows loopback pages only."""
+    metrics = metrics or Metrics()
+    if isinstance(engine, RuntimeAdapter):
+        engine = LocalEngine(engine, context_size=context_size, metrics=metrics)
+    assert not isinstance(engine, RuntimeAdapter)
+    state = ServerState(
+        engine,
+        model_id,
+        engine_name,
+        device,
+        context_size,
+        metrics,
+        max_choices=max_choices,
+        inputs=tuple(getattr(engine, "inputs", ("text",))),
+        images=images or ImagePolicy(),
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state.queue = EngineQueue(slots=adapter.concurrency)
-        task = asyncio.create_task(_load_and_warm(state, on_load_error))
+        task = asyncio.create_task(_start(state, on_load_error))
         yield
         task.cancel()
-        state.queue.shutdown()
+        await state.engine.stop()
 
     app = FastAPI(
         title=f"{model_id} (snapbuild)",
@@ -227,23 +279,55 @@ def create_app(
     _install_error_handlers(app)
     _install_routes(app, state)
     app.add_middleware(BodyLimit, limit=max_body_bytes)  # type: ignore[arg-type]
+    app.add_middleware(CountRequests, metrics=metrics)  # type: ignore[arg-type]
+    origins = list(cors_origins or [])
+    app.add_middleware(
+        CORSMiddleware,  # type: ignore[arg-type]
+        allow_origins=origins,
+        allow_origin_regex=None if origins else LOOPBACK_ORIGINS,
+        allow_methods=["GET", "POST", "OPTIONS"],
+        allow_headers=["*"],
+        max_age=600,
+    )
     return app
 
 
-async def _load_and_warm(
-    state: ServerState, on_load_error: Callable[[BaseException], None] | None
-) -> None:
-    assert state.queue is not None
+class CountRequests:
+    """Pure ASGI middleware: count answered API requests by endpoint and status."""
 
-    def load_and_warm() -> None:
-        if not getattr(state.adapter, "_snapbuild_loaded", False):
-            state.adapter.load()
-            state.adapter._snapbuild_loaded = True  # type: ignore[attr-defined]
-        state.adapter.warm_up()
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
 
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not path.startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+        endpoint = _endpoint_label(path)
+
+        async def counting(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                self.metrics.count_request(endpoint, int(message["status"]))
+            await send(message)
+
+        await self.app(scope, receive, counting)
+
+
+KNOWN_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models")
+
+
+def _endpoint_label(path: str) -> str:
+    """A bounded label for a request path (clients choose paths; metrics must not grow)."""
+    if path in KNOWN_ENDPOINTS:
+        return path
+    return "/v1/models/{model}" if path.startswith("/v1/models/") else "other"
+
+
+async def _start(state: ServerState, on_load_error: Callable[[BaseException], None] | None) -> None:
     started = time.monotonic()
     try:
-        await state.queue.call(load_and_warm)
+        await state.engine.start()
     except BaseException as exc:
         state.status, state.load_error = "error", exc
         state.detail = exc.brief if isinstance(exc, SnapbuildError) else str(exc)
@@ -252,14 +336,13 @@ async def _load_and_warm(
             on_load_error(exc)
         return
     state.status = "ok"
-    state.ready.set()
     log.info(
         "%s ready on %s (%s) in %.1f s; notes: %s",
         state.model_id,
-        state.engine,
+        state.engine_name,
         state.device,
         time.monotonic() - started,
-        "; ".join(state.adapter.notes) or "none",
+        "; ".join(state.engine.notes) or "none",
     )
 
 
@@ -270,30 +353,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = exc.errors()
-        if any(
-            e.get("type") in NOT_AN_OBJECT and tuple(e.get("loc", ())) == ("body",) for e in errors
-        ):
-            return ApiError(
-                400, "the request body must be a JSON object", code="invalid_json"
-            ).response()
-        if any(e.get("type") == "json_invalid" for e in errors):
-            detail = next(e for e in errors if e.get("type") == "json_invalid")
-            ctx = detail.get("ctx") or {}
-            return ApiError(
-                400,
-                f"the request body is not valid JSON: {ctx.get('error', detail.get('msg'))}",
-                code="invalid_json",
-            ).response()
-        first = errors[0] if errors else {}
-        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-        messages = "; ".join(
-            f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}"
-            for e in errors[:5]
-        )
-        return ApiError(
-            422, f"invalid request: {messages}", param=".".join(loc) or None, code="invalid_value"
-        ).response()
+        return _validation_error(exc.errors()).response()
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -306,22 +366,62 @@ def _install_error_handlers(app: FastAPI) -> None:
         return ApiError(500, f"internal error: {exc}", type="server_error").response()
 
 
+def _validation_error(errors: Sequence[Any]) -> ApiError:
+    if any(e.get("type") in NOT_AN_OBJECT and tuple(e.get("loc", ())) == ("body",) for e in errors):
+        return ApiError(400, "the request body must be a JSON object", code="invalid_json")
+    if any(e.get("type") == "json_invalid" for e in errors):
+        detail = next(e for e in errors if e.get("type") == "json_invalid")
+        ctx = detail.get("ctx") or {}
+        return ApiError(
+            400,
+            f"the request body is not valid JSON: {ctx.get('error', detail.get('msg'))}",
+            code="invalid_json",
+        )
+    first = errors[0] if errors else {}
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    messages = "; ".join(
+        f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}"
+        for e in errors[:5]
+    )
+    return ApiError(
+        422, f"invalid request: {messages}", param=".".join(loc) or None, code="invalid_value"
+    )
+
+
 def _install_routes(app: FastAPI, state: ServerState) -> None:
     @app.get("/health", response_model=s.Health, responses={503: {"model": s.Health}})
     async def health() -> JSONResponse:
-        """200 once the model is loaded and warmed up; 503 while loading or after a failure."""
+        """200 once the engine is ready and warmed up; 503 while loading, restarting, or after
+        a failure (``detail`` says what happened)."""
+        status, detail = state.current()
         body = s.Health(
-            status=state.status,  # type: ignore[arg-type]
+            status=status,  # type: ignore[arg-type]
             model=state.model_id,
-            engine=state.engine,
-            runtime=state.adapter.options.runtime,
+            engine=state.engine_name,
+            runtime=state.engine.runtime,
             device=state.device,
             context_size=state.context_size,
-            detail=state.detail,
-            runtime_info=state.adapter.describe(),
-            generations=s.QueueStats(**(state.queue.stats() if state.queue else _no_stats())),
+            inputs=list(state.inputs),
+            detail=detail,
+            runtime_info=state.engine.describe(),
+            generations=s.QueueStats(**state.engine.stats()),
         )
-        return JSONResponse(body.model_dump(), status_code=200 if state.status == "ok" else 503)
+        return JSONResponse(body.model_dump(), status_code=200 if status == "ok" else 503)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> PlainTextResponse:
+        """Prometheus text: requests by status, TTFT and inter-token histograms, tokens/s,
+        queue depth, busy slots, KV-cache use."""
+        live = await state.live_figures()
+        return PlainTextResponse(
+            state.metrics.render(live), media_type="text/plain; version=0.0.4; charset=utf-8"
+        )
+
+    @app.get("/", include_in_schema=False)
+    async def chat_page() -> HTMLResponse:
+        """A small chat page for people, talking to /v1 with streaming."""
+        page = resources.files("runtimes").joinpath("chat.html").read_text(encoding="utf-8")
+        return HTMLResponse(page.replace("{{MODEL}}", _html_escape(state.model_id)))
 
     @app.get("/v1/models", response_model=s.ModelList)
     async def models() -> s.ModelList:
@@ -342,15 +442,11 @@ def _install_routes(app: FastAPI, state: ServerState) -> None:
     async def chat(body: s.ChatCompletionRequest, request: Request) -> Any:
         """Chat with the model; ``stream: true`` answers server-sent events ending in [DONE]."""
         _check_ready(state, body.model, "chat")
-        messages = [Message(m.role, m.text()) for m in body.messages]
-        params = _params(body, body.max_completion_tokens or body.max_tokens)
-        adapter = state.adapter
-
-        def start(cancel: threading.Event) -> Iterator[Delta]:
-            _check_context(state, adapter.count_chat_tokens(messages), params, "messages")
-            return adapter.chat(messages, params, cancel)
-
-        return await _generate(state, request, start, body, chat=True)
+        _check_choices(state, body.n)
+        payload = await check_request(
+            await request.json(), state.images, state.inputs, state.model_id
+        )
+        return await state.engine.chat(payload, request)
 
     @app.post(
         "/v1/completions",
@@ -360,49 +456,37 @@ def _install_routes(app: FastAPI, state: ServerState) -> None:
     async def completions(body: s.CompletionRequest, request: Request) -> Any:
         """Continue a prompt; ``stream: true`` answers server-sent events ending in [DONE]."""
         _check_ready(state, body.model, "completion")
+        _check_choices(state, body.n)
         if isinstance(body.prompt, list) and len(body.prompt) != 1:
             raise ApiError(400, "give exactly one prompt per request", param="prompt")
-        prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
-        params = _params(body, body.max_tokens)
-        adapter = state.adapter
-
-        def start(cancel: threading.Event) -> Iterator[Delta]:
-            _check_context(state, adapter.count_tokens(prompt), params, "prompt")
-            return adapter.complete(prompt, params, cancel)
-
-        return await _generate(state, request, start, body, chat=False)
+        payload = await request.json()
+        if not body.prompt or not (body.prompt if isinstance(body.prompt, str) else body.prompt[0]):
+            raise ApiError(400, "the prompt is empty; give some text", param="prompt")
+        return await state.engine.completions(payload, request)
 
     @app.post("/v1/embeddings", response_model=s.EmbeddingList, responses=ERRORS)
-    async def embeddings(body: s.EmbeddingRequest) -> s.EmbeddingList:
+    async def embeddings(body: s.EmbeddingRequest, request: Request) -> Any:
         """Embed one text or a list of texts, where the engine computes embeddings."""
         _check_ready(state, body.model, "embeddings")
         texts = [body.input] if isinstance(body.input, str) else body.input
         if not texts or len(texts) > MAX_EMBEDDING_INPUTS:
             raise ApiError(400, f"give between 1 and {MAX_EMBEDDING_INPUTS} inputs", param="input")
-        assert state.queue is not None
-        result = await state.queue.call(lambda: state.adapter.embed(texts))
-        return s.EmbeddingList(
-            data=[
-                s.EmbeddingItem(index=i, embedding=_encode(v, body.encoding_format))
-                for i, v in enumerate(result.vectors)
-            ],
-            model=state.model_id,
-            usage=s.UsageInfo(
-                prompt_tokens=result.prompt_tokens, total_tokens=result.prompt_tokens
-            ),
-        )
+        empty = [i for i, t in enumerate(texts) if not t.strip()]
+        if empty:
+            where = "input" if isinstance(body.input, str) else f"input[{empty[0]}]"
+            raise ApiError(
+                400,
+                f"{where} is empty: there is nothing to embed",
+                param="input",
+                code="empty_input",
+            )
+        return JSONResponse(await state.engine.embeddings(await request.json()))
 
 
-def _encode(vector: list[float], encoding: str) -> list[float] | str:
-    """OpenAI's encodings: a JSON list, or base64 of little-endian float32 (the openai
-    client's default, as it is four times smaller)."""
-    if encoding == "base64":
-        return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
-    return vector
-
-
-def _no_stats() -> dict[str, int]:
-    return {"active": 0, "queued": 0, "completed": 0, "cancelled": 0, "failed": 0}
+def _html_escape(text: str) -> str:
+    return (
+        text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    )
 
 
 def _stream_doc(chunk: type[Any]) -> dict[str, Any]:
@@ -416,7 +500,7 @@ def _stream_doc(chunk: type[Any]) -> dict[str, Any]:
 
 
 def _card(state: ServerState) -> s.ModelCard:
-    return s.ModelCard(id=state.model_id, created=state.created)
+    return s.ModelCard(id=state.model_id, created=state.created, inputs=list(state.inputs))  # type: ignore[arg-type]
 
 
 def _check_model(state: ServerState, model: str) -> None:
@@ -431,237 +515,34 @@ def _check_model(state: ServerState, model: str) -> None:
 
 def _check_ready(state: ServerState, model: str, capability: str) -> None:
     _check_model(state, model)
-    if capability not in state.adapter.capabilities:
-        does = ", ".join(sorted(state.adapter.capabilities)) or "nothing"
+    if capability not in state.engine.capabilities:
+        does = ", ".join(sorted(state.engine.capabilities)) or "nothing"
         raise ApiError(
             400,
-            f"the {state.engine} engine ({state.adapter.options.runtime}) does not support "
+            f"the {state.engine_name} engine ({state.engine.runtime}) does not support "
             f"{capability}; it supports: {does}",
             code="unsupported_operation",
         )
-    if state.status != "ok":
+    status, detail = state.current()
+    if status != "ok":
         raise ApiError(
             503,
-            f"the model is not ready ({state.status}"
-            + (f": {state.detail}" if state.detail else "")
-            + "); check GET /health",
+            f"the model is not ready ({status}" + (f": {detail}" if detail else "") + "); "
+            "check GET /health",
             type="service_unavailable",
             code="model_not_ready",
         )
 
 
-def _params(
-    body: s.ChatCompletionRequest | s.CompletionRequest, max_tokens: int | None
-) -> SamplingParams:
-    if body.logit_bias:
+def _check_choices(state: ServerState, n: int) -> None:
+    if n > state.max_choices and not isinstance(state.engine, LocalEngine):
         raise ApiError(
             400,
-            "logit_bias is not supported by this server",
-            param="logit_bias",
+            f"n={n} is more choices than this server generates at once ({state.max_choices}, "
+            "its parallel slots)",
+            param="n",
             code="unsupported_parameter",
         )
-    return SamplingParams(
-        max_tokens=max_tokens,
-        temperature=body.temperature,
-        top_p=body.top_p,
-        top_k=body.top_k,
-        seed=body.seed,
-        stop=body.stops(),
-        presence_penalty=body.presence_penalty,
-        frequency_penalty=body.frequency_penalty,
-        ignore_eos=body.ignore_eos,
-    )
-
-
-def _check_context(
-    state: ServerState, prompt_tokens: int, params: SamplingParams, param: str
-) -> None:
-    limit = state.context_size
-    wanted = prompt_tokens + (params.max_tokens or 0)
-    if prompt_tokens >= limit or wanted > limit:
-        asked = (
-            f"{wanted} tokens ({prompt_tokens} in the {param}, {params.max_tokens} for the "
-            "completion)"
-            if params.max_tokens
-            else f"{prompt_tokens} tokens in the {param}"
-        )
-        raise ApiError(
-            400,
-            f"This model's maximum context length is {limit} tokens. However, you requested "
-            f"{asked}. Please reduce the length of the {param} or max_tokens.",
-            param=param,
-            code="context_length_exceeded",
-        )
-
-
-async def _watch_disconnect(request: Request, cancel: threading.Event) -> None:
-    while not cancel.is_set():
-        if await request.is_disconnected():
-            cancel.set()
-            return
-        await asyncio.sleep(0.1)
-
-
-async def _generate(
-    state: ServerState,
-    request: Request,
-    start: Callable[[threading.Event], Iterator[Delta]],
-    body: s.ChatCompletionRequest | s.CompletionRequest,
-    *,
-    chat: bool,
-) -> Any:
-    """Queue the generation; answer JSON, or SSE once the first delta exists.
-
-    Waiting for the first delta before answering lets errors found in the worker (context
-    overflow) still be proper JSON errors with their status.
-    """
-    assert state.queue is not None
-    cancel = threading.Event()
-    watcher = asyncio.create_task(_watch_disconnect(request, cancel))
-    deltas = state.queue.stream(start, cancel)
-    try:
-        first = await deltas.__anext__()
-    except StopAsyncIteration:  # cancelled while queued: the client is gone, answer nothing
-        watcher.cancel()
-        return Response(status_code=204)
-    except BaseException:
-        watcher.cancel()
-        await deltas.aclose()
-        raise
-    ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
-    created = int(time.time())
-    if not body.stream:
-        try:
-            pieces = [first]
-            async for delta in deltas:
-                pieces.append(delta)
-        finally:
-            watcher.cancel()
-            await deltas.aclose()
-        return _whole(state, ident, created, pieces, chat)
-    watcher.cancel()  # from here Starlette notices disconnects and closes the stream
-    include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    events = _events(state, ident, created, first, deltas, chat=chat, include_usage=include_usage)
-    return StreamingResponse(
-        events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
-    )
-
-
-def _finish(pieces: Sequence[Delta]) -> tuple[str | None, Usage]:
-    last = pieces[-1]
-    usage = last.usage or Usage(prompt_tokens=0)
-    reason = last.finish_reason if last.finish_reason in ("stop", "length") else "stop"
-    return reason, usage
-
-
-def _usage(usage: Usage) -> s.UsageInfo:
-    return s.UsageInfo(
-        prompt_tokens=usage.prompt_tokens,
-        completion_tokens=usage.completion_tokens,
-        total_tokens=usage.total_tokens,
-    )
-
-
-def _whole(
-    state: ServerState, ident: str, created: int, pieces: Sequence[Delta], chat: bool
-) -> Any:
-    text = "".join(p.text for p in pieces)
-    reason, usage = _finish(pieces)
-    if chat:
-        return s.ChatCompletion(
-            id=ident,
-            created=created,
-            model=state.model_id,
-            choices=[s.ChatChoice(message=s.AssistantMessage(content=text), finish_reason=reason)],  # type: ignore[arg-type]
-            usage=_usage(usage),
-        )
-    return s.Completion(
-        id=ident,
-        created=created,
-        model=state.model_id,
-        choices=[s.CompletionChoice(text=text, finish_reason=reason)],  # type: ignore[arg-type]
-        usage=_usage(usage),
-    )
-
-
-def _sse(model: Any) -> bytes:
-    return b"data: " + model.model_dump_json().encode() + b"\n\n"
-
-
-async def _events(
-    state: ServerState,
-    ident: str,
-    created: int,
-    first: Delta,
-    deltas: AsyncGenerator[Delta, None],
-    *,
-    chat: bool,
-    include_usage: bool,
-) -> AsyncIterator[bytes]:
-    """The SSE body: a role chunk (chat), one chunk per delta, a final chunk with the finish
-    reason and usage, an optional usage-only chunk (``stream_options.include_usage``), [DONE]."""
-
-    def chunk(text: str | None, reason: str | None = None, usage: Usage | None = None) -> bytes:
-        info = _usage(usage) if usage else None
-        if chat:
-            delta = (
-                s.ChunkDelta(content=text)
-                if text is not None
-                else s.ChunkDelta(role="assistant", content="")
-            )
-            return _sse(
-                s.ChatCompletionChunk(
-                    id=ident,
-                    created=created,
-                    model=state.model_id,
-                    choices=[s.ChunkChoice(delta=delta, finish_reason=reason)],  # type: ignore[arg-type]
-                    usage=info,
-                )
-            )
-        return _sse(
-            s.Completion(
-                id=ident,
-                created=created,
-                model=state.model_id,
-                choices=[s.CompletionChoice(text=text or "", finish_reason=reason)],  # type: ignore[arg-type]
-                usage=info,
-            )
-        )
-
-    try:
-        if chat:
-            yield chunk(None)
-        last = first
-        if first.text:
-            yield chunk(first.text)
-        async for current in deltas:  # drained to the end, so the worker counts it completed
-            last = current
-            if current.text:
-                yield chunk(current.text)
-        reason, usage = _finish([last])
-        yield chunk("" if chat else "", reason, usage)
-        if include_usage:
-            usage_only: Any
-            if chat:
-                usage_only = s.ChatCompletionChunk(
-                    id=ident, created=created, model=state.model_id, choices=[], usage=_usage(usage)
-                )
-            else:
-                usage_only = s.Completion(
-                    id=ident, created=created, model=state.model_id, choices=[], usage=_usage(usage)
-                )
-            yield _sse(usage_only)
-    except ApiError as exc:
-        yield b"data: " + json.dumps(exc.body()).encode() + b"\n\n"
-    except UnsupportedError as exc:
-        yield b"data: " + json.dumps(ApiError(400, exc.brief).body()).encode() + b"\n\n"
-    except Exception as exc:  # the stream has started: report in-band, keep the server up
-        log.exception("generation failed mid-stream")
-        body = ApiError(500, f"generation failed: {exc}", type="server_error").body()
-        yield b"data: " + json.dumps(body).encode() + b"\n\n"
-    finally:
-        await deltas.aclose()
-    yield b"data: [DONE]\n\n"
 
 
 # --- running ---------------------------------------------------------------------------------
@@ -684,6 +565,7 @@ def bind_socket(host: str, port: int | str) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # inherited: tokens go out at once
     try:
         sock.bind((host, port))
     except OSError as exc:
@@ -705,6 +587,31 @@ def load_adapter(options: LoadOptions) -> RuntimeAdapter:
     return adapter_class(options.runtime)(options)
 
 
+def build_engine(
+    options: LoadOptions,
+    *,
+    model_id: str,
+    metrics: Metrics,
+    serving: ServingConfig | None = None,
+) -> tuple[Engine, int]:
+    """The engine the catalog says serves ``options.runtime``, and how many choices it can
+    generate at once: llama.cpp through llama-server, the others in this process."""
+    from runtimes.catalog import load_catalog
+
+    entry = load_catalog().get(options.runtime)
+    if entry is not None and entry.serving == "llama-server":
+        from runtimes.llamaserver import ServingConfig
+        from runtimes.proxy import LlamaServerEngine
+
+        config = serving or ServingConfig(
+            context_per_slot=options.context_size, threads=options.threads
+        )
+        engine = LlamaServerEngine(options, config, model_id=model_id, metrics=metrics)
+        return engine, config.slots
+    adapter = load_adapter(options)
+    return LocalEngine(adapter, context_size=options.context_size, metrics=metrics), 1
+
+
 def run(
     manifest: Manifest,
     engine_name: str,
@@ -716,13 +623,22 @@ def run(
     artifact_path: Path,
     log_level: str = "info",
     on_listening: Callable[[str, int], None] | None = None,
+    serving: ServingConfig | None = None,
+    llama_root: Path | None = None,
+    cors_origins: Sequence[str] | None = None,
+    projector_path: Path | None = None,
+    images: ImagePolicy | None = None,
     batching: Batching | None = None,
 ) -> None:
     """Serve ``manifest``'s ``engine_name`` until interrupted (``snapbuild serve``, snap daemon).
 
-    Raises :class:`PortInUseError` for a busy port and the adapter's
+    ``serving`` is the selector's serving configuration for llama.cpp engines (slots, context
+    per slot, KV-cache type...); ``llama_root`` the llama.cpp component tree holding
+    llama-server. Raises :class:`PortInUseError` for a busy port and the engine's
     :class:`~snapbuild.errors.SnapbuildError` when the model fails to load.
     """
+    import dataclasses
+
     import uvicorn
 
     from runtimes.catalog import load_catalog
@@ -739,18 +655,29 @@ def run(
     context = context_size or engine.context_size or manifest.default_context_size
     if manifest.model.context_length:
         context = min(context, manifest.model.context_length)
+    if serving is not None:
+        serving = dataclasses.replace(
+            serving,
+            context_per_slot=context_size or serving.context_per_slot,
+            threads=threads or serving.threads,
+        )
+        context = serving.context_per_slot
     sock = bind_socket(host, str(manifest.default_port) if port == "auto" else port)
     bound_port = sock.getsockname()[1]
-    adapter = load_adapter(
-        LoadOptions(
-            artifact=artifact_path,
-            runtime=engine.runtime,
-            device=device,
-            context_size=context,
-            threads=threads,
-            chat_template=manifest.model.chat_template,
-            **load_options(batching),
-        )
+    metrics = Metrics()
+    options = LoadOptions(
+        artifact=artifact_path,
+        runtime=engine.runtime,
+        device=device,
+        context_size=context,
+        threads=threads,
+        llama_root=llama_root,
+        chat_template=manifest.model.chat_template,
+        projector=projector_path,
+        **load_options(batching),
+    )
+    chosen, choices = build_engine(
+        options, model_id=manifest.name, metrics=metrics, serving=serving
     )
     failure: list[BaseException] = []
     server: uvicorn.Server | None = None
@@ -761,12 +688,16 @@ def run(
             server.should_exit = True
 
     app = create_app(
-        adapter,
+        chosen,
         model_id=manifest.name,
-        engine=engine.name,
+        engine_name=engine.name,
         device=device,
         context_size=context,
         on_load_error=on_load_error,
+        cors_origins=cors_origins,
+        metrics=metrics,
+        max_choices=choices,
+        images=images,
     )
     config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=3)
     server = uvicorn.Server(config)

@@ -82,7 +82,7 @@ def filtered_manifest(manifest: Manifest, plan: BuildPlan) -> dict[str, Any]:
     """The manifest as data, holding only the engines (and their artifacts) this snap carries."""
     data = manifest_to_data(manifest)
     kept = {e.name for e in plan.engines}
-    used = {e.artifact for e in plan.engines}
+    used = {c.artifact for c in plan.components if c.artifact}  # weights and projectors
     data["engines"] = [e for e in data["engines"] if e["name"] in kept]
     data["artifacts"] = [a for a in data["artifacts"] if a["name"] in used]
     return data
@@ -103,7 +103,7 @@ def make(
     write_output(target, built.files, marker_text(built.plan, built.files, built.vendored_source))
     if built.vendored_source:
         vendor_source(project_root(), target)
-    stage_local_files(manifest, {e.artifact for e in built.plan.engines}, target)
+    stage_local_files(manifest, {c.artifact for c in built.plan.components if c.artifact}, target)
     return BuiltProject(
         built.manifest, built.plan, built.project, built.files, built.vendored_source, target
     )

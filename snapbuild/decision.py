@@ -28,6 +28,32 @@ class MemoryEstimate(KebabModel):
     context_size: int
 
 
+class Serving(KebabModel):
+    """How a llama.cpp engine serves (llama-server): slots, context per slot, KV-cache type."""
+
+    slots: int  # parallel sequences decoded in one batch (llama-server -np)
+    context_per_slot: int
+    kv_cache_type: str  # f16, q8_0...
+    flash_attention: bool
+    cache_reuse: int  # min reused prompt chunk (llama-server --cache-reuse); 0: off
+    kv_cache: int  # bytes of KV cache for all slots
+    required: int  # weights + all slots' KV + compute + overhead, with headroom
+    why: str
+
+    def summary(self) -> str:
+        """One line for `select`, `why` and `status`."""
+        reuse = (
+            f"prompt-cache reuse from {self.cache_reuse} tokens"
+            if self.cache_reuse
+            else ("no prompt-cache reuse")
+        )
+        return (
+            f"{self.slots} parallel slots x {self.context_per_slot} tokens, {self.kv_cache_type} "
+            f"KV cache, flash attention {'on' if self.flash_attention else 'off'}, {reuse} "
+            f"({self.why})"
+        )
+
+
 # --- concurrent serving (issue 13): OpenVINO continuous batching, ONNX Runtime micro-batching --
 
 
@@ -64,6 +90,9 @@ class Candidate(KebabModel):
     estimated_tokens_per_second: float | None = None
     rank: int | None = None  # 1 = best; None for incompatible engines
     slot: str | None = None  # PCI slot of the GPU/NPU the engine would use
+    serving: Serving | None = None  # llama.cpp engines: the serving configuration
+    # what it would serve here: a vision engine whose image encoder does not fit is text only
+    inputs: tuple[Literal["text", "vision", "audio"], ...] = ("text",)
     batching: Batching | None = None  # concurrent serving plan (None: not planned here)
 
 
@@ -79,6 +108,8 @@ class Selected(KebabModel):
     quantization: str
     slot: str | None = None
     why: str  # why it beat the runner-up, or why it is the only one
+    serving: Serving | None = None
+    inputs: tuple[Literal["text", "vision", "audio"], ...] = ("text",)  # what it serves
     batching: Batching | None = None  # concurrent serving plan (None: not planned here)
 
 

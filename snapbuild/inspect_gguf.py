@@ -71,6 +71,16 @@ def _reader(path: Path) -> Any:
         ) from None
 
 
+def projector_inputs(path: Path) -> tuple[str, ...]:
+    """What a projector GGUF (llama.cpp's mmproj, ``general.architecture: clip``) reads:
+    ``vision`` and/or ``audio`` by its ``clip.has_*_encoder`` keys; empty for anything else."""
+    reader = _reader(path)
+    if _value(reader, "general.architecture") != "clip":
+        return ()
+    found = [("vision", "clip.has_vision_encoder"), ("audio", "clip.has_audio_encoder")]
+    return tuple(name for name, key in found if _value(reader, key))
+
+
 def _value(reader: Any, key: str) -> Any:
     item = reader.fields.get(key)
     if item is None:

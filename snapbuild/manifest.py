@@ -30,6 +30,10 @@ Architecture = Literal["amd64", "arm64", "armhf", "riscv64", "s390x", "ppc64el",
 ArtifactFormat = Literal["gguf", "openvino-ir", "onnx"]
 GpuVendor = Literal["nvidia", "amd", "intel", "apple", "qualcomm", "other"]
 ModelKind = Literal["chat", "completion", "embeddings"]
+# What a model takes in. An artifact lists what its own files read; an engine takes in what its
+# artifact and its projector take in together.
+Modality = Literal["text", "vision", "audio"]
+ArtifactRole = Literal["weights", "projector"]
 
 STORE_COMPONENT_LIMIT = 5 * 1000**3  # the Store's per-component size limit, bytes
 
@@ -65,6 +69,17 @@ def _check_name(value: str, what: str) -> str:
     return value
 
 
+class VisionFacts(KebabModel):
+    """The image encoder's shape: what one image costs in context and in compute memory."""
+
+    image_tokens: int = Field(gt=0)  # context tokens one image becomes (Gemma 3: 256)
+    image_size: int = Field(gt=0)  # pixels per side the encoder sees (images are resized)
+    patch_size: int = Field(gt=0)
+    embedding_size: int = Field(gt=0)  # the encoder's width
+    attention_heads: int = Field(gt=0)
+    feed_forward_size: int = Field(gt=0)
+
+
 class ModelFacts(KebabModel):
     """Architecture facts needed to estimate memory; optional when a local GGUF can be read."""
 
@@ -85,6 +100,7 @@ class ModelFacts(KebabModel):
     sliding_window_layers: int | None = Field(default=None, ge=0)  # how many layers are local
     # a Jinja2 chat template for a GGUF without a usable one (runtimes/templates.py decides)
     chat_template: str | None = Field(default=None, min_length=1)
+    vision: VisionFacts | None = None  # the image encoder, for models that read images
 
 
 class Shard(KebabModel):
@@ -160,11 +176,26 @@ class Artifact(KebabModel):
     format: ArtifactFormat
     quantization: str  # Q4_K_M, Q4_1, Q8_0, F16, int4, int8, fp32...
     files: tuple[ArtifactFile, ...] = Field(min_length=1)
+    # weights: a model an engine runs; projector: an encoder (llama.cpp's mmproj) an engine
+    # loads beside its weights to read images (or sound) into the language model
+    role: ArtifactRole = "weights"
+    inputs: tuple[Modality, ...] = ("text",)  # what these files read
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
         return _check_name(v, "artifact name")
+
+    @model_validator(mode="after")
+    def _inputs(self) -> Artifact:
+        if len(set(self.inputs)) != len(self.inputs) or not self.inputs:
+            raise ValueError("inputs must list each of text, vision, audio at most once")
+        if self.role == "projector" and ("text" in self.inputs or self.format != "gguf"):
+            raise ValueError(
+                "a projector is a GGUF (llama.cpp's mmproj) that reads vision or audio, not "
+                "text: set format: gguf and inputs: [vision]"
+            )
+        return self
 
     @property
     def size(self) -> int:
@@ -225,6 +256,7 @@ class Engine(KebabModel):
     summary: str
     runtime: str  # an id of the runtime catalog (runtimes/catalog.yaml)
     artifact: str  # an artifact name of this manifest
+    projector: str | None = None  # a projector artifact loaded beside it (images, sound)
     requires: Requirements = Requirements()
     context_size: int | None = Field(default=None, gt=0)  # default context; None: manifest's
     min_context_size: int | None = Field(default=None, gt=0)
@@ -274,18 +306,35 @@ class Manifest(KebabModel):
     def _cross_references(self) -> Manifest:
         _unique([a.name for a in self.artifacts], "artifact")
         _unique([e.name for e in self.engines], "engine")
-        known = {a.name for a in self.artifacts}
+        known = {a.name for a in self.artifacts if a.role == "weights"}
+        projectors = {a.name for a in self.artifacts if a.role == "projector"}
         for engine in self.engines:
             if engine.artifact not in known:
                 raise ValueError(
                     f"engine {engine.name!r} names artifact {engine.artifact!r}, which is not "
-                    f"among the artifacts ({', '.join(sorted(known))})"
+                    f"among the weight artifacts ({', '.join(sorted(known))})"
+                )
+            if engine.projector is not None and engine.projector not in projectors:
+                raise ValueError(
+                    f"engine {engine.name!r} names projector {engine.projector!r}, which is not "
+                    f"an artifact with role: projector ({', '.join(sorted(projectors)) or 'none'})"
                 )
         return self
 
     def artifact(self, name: str) -> Artifact:
         """The artifact called ``name`` (validated to exist for every engine)."""
         return next(a for a in self.artifacts if a.name == name)
+
+    def engine_artifacts(self, engine: Engine) -> tuple[Artifact, ...]:
+        """The weights and, when the engine has one, the projector it loads beside them."""
+        own = (self.artifact(engine.artifact),)
+        return own + ((self.artifact(engine.projector),) if engine.projector else ())
+
+    def engine_inputs(self, engine: Engine) -> tuple[Modality, ...]:
+        """What the engine's files take in together, in the order text, vision, audio."""
+        given = {m for a in self.engine_artifacts(engine) for m in a.inputs}
+        order: tuple[Modality, ...] = ("text", "vision", "audio")
+        return tuple(m for m in order if m in given)
 
     def engine(self, name: str) -> Engine | None:
         """The engine called ``name``, or None."""

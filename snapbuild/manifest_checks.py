@@ -116,6 +116,8 @@ def _artifact(manifest: Manifest, index: int, artifact: Artifact) -> list[Findin
         out += _file(field, file, path, hash_it=is_local)
     if any(f.level == "error" for f in out) or len(paths) != len(artifact.files):
         return out  # facts are read from complete, correct files only
+    if artifact.role == "projector":
+        return out + _projector(where, artifact, paths[artifact.files[0].path])
     try:
         facts = _facts(artifact, paths, manifest.model.chat_template)
     except UsageError as err:
@@ -130,6 +132,29 @@ def _artifact(manifest: Manifest, index: int, artifact: Artifact) -> list[Findin
     if facts is not None:
         out += _compare(manifest, where, artifact, facts)
     return out
+
+
+def _projector(where: str, artifact: Artifact, path: Path) -> list[Finding]:
+    """A projector is llama.cpp's mmproj GGUF reading what the manifest says it reads."""
+    from snapbuild.inspect_gguf import projector_inputs
+
+    try:
+        reads = projector_inputs(path)
+    except UsageError as err:
+        return [Finding("error", where, err.brief, err.resolution or "give the mmproj GGUF")]
+    missing = [i for i in artifact.inputs if i not in reads]
+    if not missing:
+        return []
+    says = ", ".join(reads) if reads else "nothing (general.architecture is not clip)"
+    return [
+        Finding(
+            "error",
+            f"{where}.inputs",
+            f"the manifest says the projector reads {', '.join(missing)}; {path.name} reads {says}",
+            "give llama.cpp's mmproj GGUF for this model (its convert_hf_to_gguf.py --mmproj "
+            "writes one), or correct inputs",
+        )
+    ]
 
 
 def _file(field: str, file: ArtifactFile, path: Path, *, hash_it: bool) -> list[Finding]:

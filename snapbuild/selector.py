@@ -39,8 +39,11 @@ from snapbuild.estimate import (
 )
 from snapbuild.estimate_llama import Pool, device_overhead, plan_memory, runtime_device
 from snapbuild.manifest import Condition, Engine, GpuRequirement, Manifest
+from snapbuild.serving import plan
+from snapbuild.vision import missing_inputs, projector_bytes, vision_compute_bytes
 
 PRECEDENCE: tuple[str, ...] = (
+    "serves every input the model takes (a vision model: images too) before text only",
     "accelerator class (discrete GPU > integrated GPU > NPU > CPU)",
     "memory fit verified before fit unknown",
     "estimated decode tokens/s (bandwidth x runtime efficiency / weight bytes), "
@@ -403,6 +406,7 @@ class Fit:
     memory: MemoryEstimate | None
     context: int | None
     verified: bool
+    text_only: bool = False  # the image encoder did not fit beside the model: images dropped
 
 
 def _shape(manifest: Manifest, engine: Engine) -> ModelShape | None:
@@ -425,8 +429,10 @@ def _required(
     family: str,
     device: str = "cpu",
     pool: str = "ram",
+    extra_compute: int = 0,
 ) -> MemoryEstimate:
-    """The peak (a prompt that fills the context) on ``device``, plus the headroom."""
+    """The peak (a prompt that fills the context) on ``device``, plus the headroom;
+    ``extra_compute``: an image encoder's working set (snapbuild.vision)."""
     if shape is None:  # facts too thin: weights and overhead only, said in the reasons
         host = host_overhead(None, family) if pool == "ram" else 0
         overhead = host + device_overhead(device)
@@ -435,6 +441,7 @@ def _required(
         where: Pool = "vram" if pool == "vram" else "ram"
         b = plan_memory(shape, ctx, family, device=device, pool=where).peak
         total, kv, compute, overhead = b.total, b.kv_cache, b.compute, b.overhead
+    total, compute = total + extra_compute, compute + extra_compute
     return MemoryEstimate(
         weights=weights,
         kv_cache=kv,
@@ -456,18 +463,37 @@ def _fit(
     host: HostProfile,
 ) -> Fit:
     shape = _shape(manifest, engine)
-    weights = manifest.artifact(engine.artifact).size
+    projector = projector_bytes(manifest, engine)
+    weights = manifest.artifact(engine.artifact).size + projector
+    vision = vision_compute_bytes(manifest, engine)
     top, low = _contexts(manifest, engine)
     pool, available, label, exact = _pool(device, host)
 
     dev = runtime_device(entry.id)
 
     def need(ctx: int) -> MemoryEstimate:
-        est = _required(shape, weights, ctx, entry.family, dev, pool)
+        est = _required(shape, weights, ctx, entry.family, dev, pool, vision)
         return est.model_copy(update={"available": available, "pool": pool})
 
+    text_only = False
+    if (projector or vision) and available is not None and need(low).required > available:
+        with_images = weights, vision
+        weights, vision = weights - projector, 0
+        if need(low).required <= available:  # the text model fits without the encoder
+            v.ok(
+                f"images: projector and image encoder ({gib(projector + with_images[1])}) do "
+                f"not fit beside the model in {gib(available)}: serves text only"
+            )
+            text_only, projector = True, 0
+        else:
+            weights, vision = with_images
     if shape is None:
         v.ok("model facts lack layers/heads: KV cache not estimated (weights only)")
+    if projector or vision:
+        v.ok(
+            f"images: projector {gib(projector)} counted in the weights, image encoder "
+            f"{gib(vision)} in the compute"
+        )
     best = need(top)
     if available is None:
         what = "VRAM" if pool == "vram" else "RAM"
@@ -480,7 +506,7 @@ def _fit(
             f"{engine.name}: {what} of the {device.cls.upper()} unknown; "
             f"{gib(best.required)} needed, fit not verified"
         )
-        return Fit(best, top, verified=False)
+        return Fit(best, top, verified=False, text_only=text_only)
     if best.required <= available:
         v.ok(
             f"{label} {gib(available)} ≥ {gib(best.required)} needed at context {top} "
@@ -490,7 +516,7 @@ def _fit(
             v.warnings.append(
                 f"{engine.name}: available RAM not reported; fit checked against total"
             )
-        return Fit(best, top, verified=exact)
+        return Fit(best, top, verified=exact, text_only=text_only)
     floor = need(low)
     if floor.required > available:
         v.fail(
@@ -505,7 +531,7 @@ def _fit(
         f"(full-context peak, margin {gib(available - chosen.required)}; "
         f"stepped down from {top}: {gib(best.required)} needed there)"
     )
-    return Fit(chosen, ctx, verified=exact)
+    return Fit(chosen, ctx, verified=exact, text_only=text_only)
 
 
 def _largest_fitting(low: int, high: int, fits: Callable[[int], bool]) -> int:
@@ -567,12 +593,14 @@ class Judged:
     verified: bool
     index: int
     warnings: list[str]
+    missing: tuple[str, ...] = ()  # inputs the model takes that this engine will not serve
 
     def key(self) -> tuple[Any, ...]:
         classes: list[str] = hardware_table()["accelerator-classes"]
         cap = float(hardware_table()["sufficient-tokens-per-second"])
         tps = min(self.candidate.estimated_tokens_per_second or 0.0, cap)
         return (
+            len(self.missing),
             classes.index(self.accel),
             0 if self.verified else 1,
             -tps,
@@ -620,8 +648,31 @@ def judge(
     if device is None:
         return _judged(engine, artifact.quantization, entry.device, None, v, index, entry, 0.0)
     fit = _fit(v, manifest, engine, entry, device, host)
+    served = tuple(i for i in manifest.engine_inputs(engine) if i in entry.inputs)
+    if fit.text_only:
+        served = tuple(i for i in served if i != "vision")
+    missing = missing_inputs(manifest, engine, served)
+    if missing and not fit.text_only:
+        v.ok(
+            f"serves text only: {entry.id} here cannot read images"
+            if "vision" in manifest.engine_inputs(engine)
+            else "serves text only: this engine loads no image encoder"
+        )
     tps = _tokens_per_second(entry, device, host, artifact.size)
     compatible = not v.blockers
+    serving = None
+    shape = _shape(manifest, engine)
+    if compatible and entry.serving == "llama-server" and shape and fit.context:
+        available = fit.memory.available if fit.memory else None
+        pool = fit.memory.pool if fit.memory else "ram"
+        serving = plan(
+            shape,
+            fit.context,
+            runtime=entry.id,
+            device=device.cls,
+            available=available,
+            pool=pool,
+        )
     cand = Candidate(
         engine=engine.name,
         runtime=entry.id,
@@ -637,9 +688,11 @@ def judge(
         context_size=fit.context if compatible else None,
         estimated_tokens_per_second=tps,
         slot=device.slot,
+        serving=serving,
+        inputs=served or ("text",),
         batching=plan_batching(entry.id, fit.memory, fit.context) if compatible else None,
     )
-    return Judged(cand, device.accel, fit.verified, index, v.warnings)
+    return Judged(cand, device.accel, fit.verified, index, v.warnings, missing)
 
 
 def _judged(
@@ -675,6 +728,12 @@ def _why(winner: Judged, runner: Judged | None, rejected: int, forced: bool) -> 
         return f"{w.engine} is the only compatible engine ({rejected} rejected)"
     r = runner.candidate
     wk, rk = winner.key(), runner.key()
+    if wk[0] != rk[0]:
+        return (
+            f"{w.engine} reads images, runner-up {r.engine} would serve this vision model text "
+            "only: serving every input decides first"
+        )
+    wk, rk = wk[1:], rk[1:]
     cap = float(hardware_table()["sufficient-tokens-per-second"])
     if wk[0] != rk[0]:
         return (
@@ -760,6 +819,8 @@ def select(
             slot=c.slot,
             batching=c.batching,
             why=_why(winner, runner, len(judged) - len(ranked), engine is not None),
+            serving=c.serving,
+            inputs=c.inputs,
         )
         warnings += [ProbeWarning(source="selector", message=m) for m in winner.warnings]
         if any(f.placeholder for f in manifest.artifact(c.artifact).files):

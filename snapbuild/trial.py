@@ -263,12 +263,12 @@ def stage_components(
                 _link(lib / package, path)
             if isinstance(native, Path):  # the cmake part's files, where the component has them
                 _link(comp / "usr", native / "usr")
-        artifact = manifest.artifact(engine.artifact)
-        found = locate(manifest, artifact)
-        if found is None:
-            unavailable.append(f"{artifact.name} (not in the cache: `snapbuild fetch`)")
-            continue
-        stage_artifact(trial, manifest, engine.artifact, found, declared)
+        for artifact in manifest.engine_artifacts(engine):  # the weights and any projector
+            found = locate(manifest, artifact)
+            if found is None:
+                unavailable.append(f"{artifact.name} (not in the cache: `snapbuild fetch`)")
+                continue
+            stage_artifact(trial, manifest, artifact.name, found, declared)
     return unavailable
 
 

@@ -161,7 +161,19 @@ def resolve(env: SnapEnv, manifest: Manifest, engine: str) -> Path:
     eng = manifest.engine(engine)
     if eng is None:
         raise ArtifactError(f"engine {engine!r} is not in this snap", exit_code=EXIT_NO_ENGINE)
-    lay = layout(env, manifest, eng.artifact)
+    return _resolve_artifact(env, manifest, eng.artifact, engine)
+
+
+def resolve_projector(env: SnapEnv, manifest: Manifest, engine: str) -> Path | None:
+    """The projector file ``engine`` loads beside its weights (llama.cpp's mmproj), or None."""
+    eng = manifest.engine(engine)
+    if eng is None or eng.projector is None:
+        return None
+    return _resolve_artifact(env, manifest, eng.projector, engine)
+
+
+def _resolve_artifact(env: SnapEnv, manifest: Manifest, artifact: str, engine: str) -> Path:
+    lay = layout(env, manifest, artifact)
     base = assembled_dir(env, lay.name) if lay.assembled else env.component_dir(lay.components[0])
     missing = [f.path for f in lay.files if not (base / f.path).is_file()]
     if missing:
@@ -198,7 +210,7 @@ def ready(env: SnapEnv, manifest: Manifest, engine: str, say: Callable[[str], No
     prepare(env, manifest, engine, say)
     eng = manifest.engine(engine)
     assert eng is not None  # prepare raised otherwise
-    for name in prune(env, keep={eng.artifact}):
+    for name in prune(env, keep={a.name for a in manifest.engine_artifacts(eng)}):
         say(f"removed the joined copy of {name}: no engine uses it any more")
     return resolve(env, manifest, engine)
 
@@ -214,7 +226,15 @@ def prepare(
     eng = manifest.engine(engine)
     if eng is None:
         raise ArtifactError(f"engine {engine!r} is not in this snap")
-    lay = layout(env, manifest, eng.artifact)
+    if eng.projector is not None:
+        _prepare_artifact(env, manifest, eng.projector, say)
+    return _prepare_artifact(env, manifest, eng.artifact, say)
+
+
+def _prepare_artifact(
+    env: SnapEnv, manifest: Manifest, artifact: str, say: Callable[[str], None]
+) -> Path | None:
+    lay = layout(env, manifest, artifact)
     if not lay.assembled:
         return None
     target = assembled_dir(env, lay.name)

@@ -3,13 +3,17 @@
 It speaks the same OpenAI-compatible API any client would (``/v1/chat/completions`` with
 ``stream: true``), so it doubles as a check that the server works. In a terminal it prompts;
 piped, it reads one message per line from stdin and prints one answer per message.
+``--image FILE`` attaches pictures to the first message, as OpenAI clients do (``image_url``
+content parts with ``data:`` URLs), for models that take images.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import IO, Any
 
 import requests
@@ -30,8 +34,38 @@ def base_url(host: str, port: int) -> str:
     return f"http://{host}:{port}/v1"
 
 
+# the formats the server accepts, by their first bytes (the server checks them again)
+MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"))
+
+
+def image_part(path: Path) -> dict[str, Any]:
+    """A chat content part carrying the image file at ``path`` as a ``data:`` URL."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ChatError(f"cannot read the image {path}: {exc.strerror}") from None
+    mime = next((m for magic, m in MAGIC if data.startswith(magic)), None)
+    if mime is None and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        mime = "image/webp"
+    if mime is None:
+        raise ChatError(
+            f"{path} is not a PNG, JPEG or WebP image",
+            resolution="Convert it to PNG or JPEG first.",
+        )
+    url = f"data:{mime};base64," + base64.b64encode(data).decode("ascii")
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def user_message(text: str, images: Sequence[Path] = ()) -> dict[str, Any]:
+    """A user message: plain text, or text and image parts when images are attached."""
+    if not images:
+        return {"role": "user", "content": text}
+    parts = [{"type": "text", "text": text}, *(image_part(p) for p in images)]
+    return {"role": "user", "content": parts}
+
+
 def stream_reply(
-    url: str, model: str, messages: list[dict[str, str]], *, max_tokens: int | None = None
+    url: str, model: str, messages: list[dict[str, Any]], *, max_tokens: int | None = None
 ) -> Iterator[str]:
     """Yield the answer's text deltas as the server sends them."""
     body: dict[str, Any] = {"model": model, "messages": messages, "stream": True}
@@ -72,9 +106,12 @@ def converse(
     stdout: IO[str],
     interactive: bool,
     max_tokens: int | None = None,
+    images: Sequence[Path] = (),
 ) -> None:
-    """Read messages until EOF (or /exit), keep the history, stream each answer."""
-    history: list[dict[str, str]] = []
+    """Read messages until EOF (or /exit), keep the history, stream each answer; ``images``
+    go with the first message."""
+    history: list[dict[str, Any]] = []
+    pending = list(images)
     if interactive:
         stdout.write(f"Chatting with {model} at {url} (Ctrl-D or /exit to leave)\n")
     while True:
@@ -89,7 +126,8 @@ def converse(
             continue
         if message in {"/exit", "/quit"}:
             break
-        history.append({"role": "user", "content": message})
+        history.append(user_message(message, pending))
+        pending = []
         parts = []
         for text in stream_reply(url, model, history, max_tokens=max_tokens):
             parts.append(text)
@@ -100,14 +138,22 @@ def converse(
         history.append({"role": "assistant", "content": "".join(parts)})
 
 
-def ask_once(url: str, model: str, prompt: str, *, max_tokens: int | None = None) -> str:
+def ask_once(
+    url: str,
+    model: str,
+    prompt: str,
+    *,
+    max_tokens: int | None = None,
+    images: Sequence[Path] = (),
+) -> str:
     """One message, the whole answer (used by `snapbuild try`)."""
-    return "".join(
-        stream_reply(url, model, [{"role": "user", "content": prompt}], max_tokens=max_tokens)
-    )
+    message = user_message(prompt, images)
+    return "".join(stream_reply(url, model, [message], max_tokens=max_tokens))
 
 
-def run_chat(url: str, model: str, *, max_tokens: int | None = None) -> None:
+def run_chat(
+    url: str, model: str, *, max_tokens: int | None = None, images: Sequence[Path] = ()
+) -> None:
     """The CLI entry: interactive in a terminal, line by line when piped."""
     converse(
         url,
@@ -116,4 +162,5 @@ def run_chat(url: str, model: str, *, max_tokens: int | None = None) -> None:
         stdout=sys.stdout,
         interactive=sys.stdin.isatty(),
         max_tokens=max_tokens,
+        images=images,
     )

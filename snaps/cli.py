@@ -11,14 +11,16 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
 
 from snapbuild.cli import run_cli
-from snapbuild.decision import Candidate, Decision
+from snapbuild.decision import Candidate, Decision, Serving
 from snapbuild.errors import UsageError
 from snaps import config, hooks
+from snaps.live import live_lines, live_status
 from snaps.manager import (
     Context,
     State,
@@ -62,6 +64,7 @@ def status_data(ctx: Context) -> dict[str, Any]:
         "runtime": selected.runtime if selected else None,
         "device": selected.device if selected else None,
         "quantization": selected.quantization if selected else None,
+        "inputs": list(selected.inputs) if selected else None,
         "forced": state.forced,
         "service": {
             "name": ctx.env.service,
@@ -70,6 +73,8 @@ def status_data(ctx: Context) -> dict[str, Any]:
         },
         "endpoint": base_url(settings.host, settings.port),
         "context-size": settings.context_size,
+        "serving": selected.serving.to_data() if selected and selected.serving else None,
+        "live": live_status(settings.host, settings.port) if service.active else None,
         "daemon": _daemon_note(ctx, service.active),
         "problem": state.problem
         if decision is not None
@@ -109,6 +114,12 @@ def _status_text(data: dict[str, Any]) -> str:
         f"endpoint:     {data['endpoint']}",
         f"context-size: {data['context-size']}",
     ]
+    if data["inputs"]:
+        lines.insert(2, f"inputs:       {', '.join(data['inputs'])}")
+    if data["serving"]:
+        lines.append(f"serving:      {Serving.model_validate(data['serving']).summary()}")
+    if service["active"]:
+        lines.extend(live_lines(data["live"]))
     if data["daemon"]:
         lines.insert(3, f"server:       {data['daemon']['phase']}: {data['daemon']['message']}")
     if data["engine"] and service["enabled"] and not service["active"]:
@@ -245,6 +256,8 @@ def why(as_json: bool) -> None:
         return
     if decision.selected:
         click.echo(f"selected: {decision.selected.engine}: {decision.selected.why}")
+        if decision.selected.serving:
+            click.echo(f"serving: {decision.selected.serving.summary()}")
     else:
         click.echo("selected: none")
     for cand in decision.candidates:
@@ -417,13 +430,21 @@ def unset(keys: tuple[str, ...]) -> None:
 # chat --------------------------------------------------------------------------------------
 @cli.command()
 @click.option("--max-tokens", type=int, default=None, help="Limit each answer's length.")
-def chat(max_tokens: int | None) -> None:
+@click.option(
+    "--image",
+    "images",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Attach a PNG, JPEG or WebP image to the first message (repeatable).",
+)
+def chat(max_tokens: int | None, images: tuple[Path, ...]) -> None:
     """Chat with the model through the local API (one message per line when piped)."""
     from snaps.chat import base_url, run_chat
 
     ctx = Context.load()
     settings = ctx.settings()
-    run_chat(base_url(settings.host, settings.port), ctx.manifest.name, max_tokens=max_tokens)
+    url = base_url(settings.host, settings.port)
+    run_chat(url, ctx.manifest.name, max_tokens=max_tokens, images=images)
 
 
 # what snapd runs ---------------------------------------------------------------------------

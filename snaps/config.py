@@ -20,7 +20,9 @@ from snapbuild.decision import Candidate
 from snapbuild.errors import UsageError
 from snapbuild.manifest import Manifest
 
-KEYS = ("port", "host", "context-size", "engine")
+KEYS = ("port", "host", "context-size", "engine", "cors-origins", "remote-images")
+BOOLEANS = ("true", "false")
+ORIGIN_RE = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(:\d{1,5})?$")
 DEFAULT_HOST = "127.0.0.1"
 AUTO = "auto"
 HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+$")
@@ -37,6 +39,14 @@ class Settings:
     context_size: int
     engine: str  # an engine name, or "auto"
     env: dict[str, str] = field(default_factory=dict)  # runtime variable -> value
+    # browser origins allowed to call the API, comma-separated ("*": any); empty: loopback only
+    cors_origins: str = ""
+    # "true": the server fetches http(s) image URLs itself (bounded); default: data: URLs only
+    remote_images: str = "false"
+
+    def origins(self) -> list[str]:
+        """``cors_origins`` as a list (empty: the server's loopback default)."""
+        return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
 
     def to_data(self) -> dict[str, Any]:
         """JSON-ready, with snapd's key names."""
@@ -45,6 +55,8 @@ class Settings:
             "host": self.host,
             "context-size": self.context_size,
             "engine": self.engine,
+            "cors-origins": self.cors_origins,
+            "remote-images": self.remote_images,
             "env": dict(sorted(self.env.items())),
         }
 
@@ -121,6 +133,8 @@ def effective(
         ),
         engine=str(stored.get("engine") or AUTO),
         env=env,
+        cors_origins=str(stored.get("cors-origins") or ""),
+        remote_images=str(stored.get("remote-images") or "false").lower(),
     )
 
 
@@ -201,6 +215,17 @@ def validate(
                 f"context-size {settings.context_size} does not fit: the most this engine fits "
                 f"here is {limit} tokens"
             )
+    for origin in settings.origins():
+        if origin != "*" and not ORIGIN_RE.match(origin):
+            problems.append(
+                f"cors-origins: {origin!r} is not an origin (scheme://host[:port], e.g. "
+                "http://localhost:3000, or * for any)"
+            )
+    if settings.remote_images not in BOOLEANS:
+        problems.append(
+            f"remote-images must be true or false, not {settings.remote_images!r} (true lets the "
+            "server fetch http(s) image URLs that clients send)"
+        )
     for name in settings.env:
         if not ENV_NAME_RE.match(name):
             problems.append(f"env.{name} is not a valid environment variable name")

@@ -216,9 +216,15 @@ def _run(ctx: Context) -> None:
     engine = decision.selected.engine
     settings = ctx.settings(decision=decision)
     host = check_fit(ctx, engine, state.forced)
-    prepare_imports(wait_for_components(ctx, engine), runtime_library_paths(decision))
+    runtime_dir = wait_for_components(ctx, engine)
+    prepare_imports(runtime_dir, runtime_library_paths(decision))
     note(ctx, "preparing", f"preparing the weights of {engine}")
     model_path = artifacts.ready(ctx.env, ctx.manifest, engine, log)
+    projector = (
+        artifacts.resolve_projector(ctx.env, ctx.manifest, engine)
+        if "vision" in decision.selected.inputs
+        else None  # no projector, or its image encoder does not fit here: text only
+    )
     engine_entry = ctx.manifest.engine(engine)
     if engine_entry is not None:
         check_loadable(model_path, ctx.manifest.artifact(engine_entry.artifact).format)
@@ -231,8 +237,14 @@ def _run(ctx: Context) -> None:
         f"starting {engine} ({decision.selected.runtime} on {decision.selected.device}) "
         f"on {url} with context {settings.context_size}, {threads or 'default'} threads"
     )
+    from runtimes.images import ImagePolicy
+    from runtimes.llamaserver import from_plan
     from runtimes.server import run as serve
 
+    plan = decision.selected.serving
+    serving = from_plan(plan, threads) if plan is not None else None
+    if serving is not None:
+        log(f"serving: {plan.summary() if plan else ''}")
     serve(
         ctx.manifest,
         engine,
@@ -241,6 +253,11 @@ def _run(ctx: Context) -> None:
         context_size=settings.context_size,
         threads=threads,
         artifact_path=model_path,
+        projector_path=projector,
+        images=ImagePolicy(remote_urls=settings.remote_images == "true"),
+        serving=serving,
+        llama_root=runtime_dir,  # the llama.cpp component tree (usr/bin/llama-server)
+        cors_origins=settings.origins(),
         batching=decision.selected.batching,
         on_listening=lambda host, port: note(
             ctx, "serving", f"serving {engine} on http://{host}:{port}/v1"

@@ -121,9 +121,11 @@ def test_load_options_carry_the_plan_to_the_adapter() -> None:
     assert kv_blocks("openvino-gpu", 8192) == 512
 
 
+# the Arc A580 reads images too: gemma3's image encoder and projector take one sequence's room;
+# the two iGPU machines serve gemma3 text only there (the encoder does not fit), as before
 @pytest.mark.parametrize(
     ("machine", "sequences"),
-    [("i7-2600k+arc-a580", 16), ("xps13-7390", 6), ("hp-zbook-power-16-inch-g11", 8)],
+    [("i7-2600k+arc-a580", 15), ("xps13-7390", 6), ("hp-zbook-power-16-inch-g11", 8)],
 )
 def test_the_decision_records_the_plan(machine: str, sequences: int) -> None:
     host = probe(root=MACHINES / machine / "machine-root")

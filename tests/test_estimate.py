@@ -159,7 +159,9 @@ def test_peak_is_the_last_prompt_batch_at_the_full_context() -> None:
 
 
 CHILD = """
-import sys, llama_cpp
+import sys
+from runtimes.native import import_llama_cpp
+llama_cpp = import_llama_cpp()
 llama_cpp.Llama(model_path=sys.argv[1], n_ctx=int(sys.argv[2]), use_mmap=False,
                 verbose=True, swa_full=False)
 """

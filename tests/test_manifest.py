@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from runtimes.catalog import load_catalog
+from snapbuild.manifest import Artifact, Manifest
 from snapbuild.manifest_loader import load_manifest, manifest_to_yaml, parse_manifest
 from snapbuild.paths import manifests_dir
 
@@ -68,7 +69,7 @@ def test_gemma3_facts_and_placeholders_are_explicit() -> None:
         facts.sliding_window_layers,
     ) == (34, 8, 4, 256, 2560, 131072, 1024, 29)
     unverified = {a.name for a in manifest.artifacts for f in a.files if f.placeholder}
-    assert unverified == {"gemma3-q4-k-m", "gemma3-q8-0", "gemma3-ov-int4"}
+    assert unverified == {"gemma3-q4-k-m", "gemma3-q8-0", "gemma3-mmproj-f16", "gemma3-ov-int4"}
     runtimes = sorted({e.runtime for e in manifest.engines})
     assert runtimes == [
         "llama.cpp-cpu",
@@ -88,3 +89,71 @@ def test_embeddings_manifest_uses_onnxruntime() -> None:
         "onnxruntime-openvino",
         "onnxruntime-cpu",
     ]
+
+
+def test_gemma3_says_what_each_engine_takes_in() -> None:
+    manifest = load_manifest("gemma3")
+    projector = manifest.artifact("gemma3-mmproj-f16")
+    assert (projector.role, projector.inputs, projector.format) == (
+        "projector",
+        ("vision",),
+        "gguf",
+    )
+    inputs = {e.name: manifest.engine_inputs(e) for e in manifest.engines}
+    assert set(inputs.values()) == {("text", "vision")}  # every engine reads images
+    llama = [e for e in manifest.engines if e.runtime.startswith("llama.cpp")]
+    assert {e.projector for e in llama} == {"gemma3-mmproj-f16"}
+    assert manifest.model.vision is not None and manifest.model.vision.image_tokens == 256
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"engines[0].projector": "gemma3-q8-0"},
+            "engine 'cuda' names projector 'gemma3-q8-0', which is not an artifact with role: "
+            "projector (gemma3-mmproj-f16)",
+        ),
+        (
+            {"engines[0].artifact": "gemma3-mmproj-f16"},
+            "engine 'cuda' names artifact 'gemma3-mmproj-f16', which is not among the weight "
+            "artifacts",
+        ),
+    ],
+)
+def test_projector_references_are_checked(change: dict[str, str], message: str) -> None:
+    import yaml
+
+    from snapbuild.paths import manifests_dir
+
+    data = yaml.safe_load((manifests_dir() / "gemma3.yaml").read_text(encoding="utf-8"))
+    ((path, value),) = change.items()
+    key = path.split(".")[1]
+    data["engines"][0][key] = value
+    with pytest.raises(ValueError) as caught:
+        Manifest.model_validate(data)
+    assert message in str(caught.value)
+
+
+def test_a_projector_must_be_a_gguf_reading_images() -> None:
+    with pytest.raises(ValueError) as caught:
+        Artifact.model_validate(
+            {
+                "name": "mmproj",
+                "format": "onnx",
+                "quantization": "F16",
+                "role": "projector",
+                "inputs": ["text"],
+                "files": [
+                    {
+                        "path": "a.onnx",
+                        "url": "https://x.invalid/a.onnx",
+                        "sha256": "0" * 64,
+                        "size": 1,
+                    }
+                ],
+            }
+        )
+    assert "a projector is a GGUF (llama.cpp's mmproj) that reads vision or audio" in str(
+        caught.value
+    )

@@ -29,7 +29,8 @@ PICKS: dict[str, tuple[str | None, str | None, str | None]] = {
     # MemAvailable, so the fit is unverified and the smaller Q4_K_M wins
     "ampere-one-siryn": ("cpu-arm64", "cpu", "cpu"),
     "ampere-one-x-banshee-8": ("cpu-arm64", "cpu", "cpu"),
-    # Haswell iGPU is too old for GPU runtimes: the AVX2 CPU engine
+    # Haswell iGPU is too old for GPU runtimes: the AVX2 CPU engine (3.3 GiB free: text only,
+    # gemma3's image encoder does not fit beside it)
     "asus-ux301l": ("cpu-avx2", "cpu-avx2", "cpu"),
     # a CPU without AVX2 flags: the baseline engine
     "dummy-machine": ("cpu-x86-64", "cpu", "cpu"),
@@ -50,7 +51,9 @@ PICKS: dict[str, tuple[str | None, str | None, str | None]] = {
     "raspberry-pi-5": ("cpu-arm64", "cpu", "cpu"),
     # riscv64: no manifest targets it
     "sifive-p550-premier": (None, None, None),
-    "xps13-7390": ("openvino-gpu", "vulkan", "cpu"),
+    # UHD 620 with 5.1 GiB free: the iGPU engines fit gemma3 only without its image encoder, the
+    # AVX2 CPU engine fits it with images, and serving every input ranks first
+    "xps13-7390": ("cpu-avx2", "vulkan", "cpu"),
 }
 
 

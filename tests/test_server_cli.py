@@ -76,7 +76,7 @@ def test_model_that_fails_to_load_reports_on_health(tmp_path: Path) -> None:
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\x00" * 60)
     adapter = LlamaCppAdapter(LoadOptions(artifact=bad, runtime="llama.cpp-cpu", context_size=64))
-    app = create_app(adapter, model_id="bad", engine="cpu", device="cpu", context_size=64)
+    app = create_app(adapter, model_id="bad", engine_name="cpu", device="cpu", context_size=64)
     import uvicorn
 
     sock = bind_socket("127.0.0.1", 0)

@@ -31,7 +31,9 @@ def _serve(path: Path, model_id: str, context: int) -> Iterator[str]:
     adapter = LlamaCppAdapter(
         LoadOptions(artifact=path, runtime="llama.cpp-cpu", context_size=context, threads=1)
     )
-    app = create_app(adapter, model_id=model_id, engine="cpu", device="cpu", context_size=context)
+    app = create_app(
+        adapter, model_id=model_id, engine_name="cpu", device="cpu", context_size=context
+    )
     with app_in_thread(app) as base:
         yield base
 
@@ -70,11 +72,13 @@ def test_fifty_concurrent_streaming_clients(tiny: str) -> None:
                 messages=[{"role": "user", "content": f"client {i}"}],
                 max_tokens=6,
                 stream=True,
+                stream_options={"include_usage": True},
                 extra_body={"ignore_eos": True},
             )
         )
         usage = chunks[-1].usage
-        assert usage is not None
+        assert usage is not None and chunks[-1].choices == []
+        assert [c.usage for c in chunks[:-1]] == [None] * (len(chunks) - 1)  # usage once
         return i, usage.completion_tokens
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=50) as pool:
@@ -110,7 +114,14 @@ def test_huge_bodies_are_refused_with_413(tiny: str) -> None:
         (b"\xff\xfe\x00garbage", 400),
         (b'{"model": 1, "messages": []}', 422),
         (b'{"model": "tiny", "messages": [{"role": "wizard", "content": "x"}]}', 422),
-        (b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "n": 3}', 422),
+        (b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "n": 0}', 422),
+        # an in-process engine makes one choice: a 400 naming the field
+        (b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "n": 3}', 400),
+        (
+            b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], '
+            b'"tools": [{"type": "function", "function": {"name": "f"}}]}',
+            400,
+        ),
     ],
 )
 def test_malformed_requests_get_openai_errors(tiny: str, body: bytes, status: int) -> None:

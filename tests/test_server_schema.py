@@ -5,6 +5,7 @@ per operation) so it stays quick on two cores; uses the tiny llama GGUF."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -16,11 +17,15 @@ from schemathesis.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
+from support.llama import llama_server
 from support.serving import app_in_thread
 from support.tiny_models import write_tiny_llama_gguf
 
 from runtimes.base import LoadOptions
 from runtimes.llamacpp import LlamaCppAdapter
+from runtimes.llamaserver import ServingConfig
+from runtimes.metrics import Metrics
+from runtimes.proxy import LlamaServerEngine
 from runtimes.server import create_app
 
 pytestmark = pytest.mark.slow
@@ -32,13 +37,22 @@ CHECKS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@pytest.fixture(scope="module", params=["in-process", "llama-server"])
+def base(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     path = write_tiny_llama_gguf(tmp_path_factory.mktemp("schema") / "tiny.gguf")
-    adapter = LlamaCppAdapter(
-        LoadOptions(artifact=path, runtime="llama.cpp-cpu", context_size=128, threads=1)
-    )
-    app = create_app(adapter, model_id="tiny", engine="cpu", device="cpu", context_size=128)
+    options = LoadOptions(artifact=path, runtime="llama.cpp-cpu", context_size=128, threads=1)
+    engine: Any
+    if request.param == "llama-server":
+        server = llama_server()
+        if server is None:
+            pytest.skip("llama-server is not built (make install)")
+        metrics = Metrics()
+        config = ServingConfig(slots=2, context_per_slot=128, threads=1)
+        engine = LlamaServerEngine(options, config, model_id="tiny", metrics=metrics, server=server)
+        app = create_app(engine, model_id="tiny", context_size=128, metrics=metrics, max_choices=2)
+    else:
+        engine = LlamaCppAdapter(options)
+        app = create_app(engine, model_id="tiny", engine_name="cpu", context_size=128)
     with app_in_thread(app) as url:
         yield url
 

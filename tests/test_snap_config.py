@@ -50,7 +50,11 @@ def test_keys_are_normalized_to_snapd_option_names() -> None:
     with pytest.raises(UsageError) as err:
         config.normalize_key("colour")
     assert err.value.brief == "unknown setting 'colour'"
-    assert err.value.resolution == "Settings are port, host, context-size, engine and env.NAME."
+    assert (
+        err.value.resolution
+        == "Settings are port, host, context-size, engine, cors-origins, remote-images and "
+        "env.NAME."
+    )
 
 
 def test_assignments_are_typed_by_key() -> None:
@@ -73,8 +77,21 @@ def test_effective_settings_overlay_defaults(manifest) -> None:  # type: ignore[
         "host": "127.0.0.1",
         "context-size": 2048,
         "engine": "auto",
+        "cors-origins": "",
+        "remote-images": "false",
         "env": {"OMP_NUM_THREADS": "2"},
     }
+
+
+def test_remote_images_is_true_or_false(manifest) -> None:  # type: ignore[no-untyped-def]
+    allowed = config.effective({"remote-images": "TRUE"}, manifest, 2048)
+    assert allowed.remote_images == "true"
+    assert config.validate(allowed, manifest, None, own_port=allowed.port) == []
+    wrong = config.effective({"remote-images": "sometimes"}, manifest, 2048)
+    assert config.validate(wrong, manifest, None, own_port=wrong.port) == [
+        "remote-images must be true or false, not 'sometimes' (true lets the server fetch "
+        "http(s) image URLs that clients send)"
+    ]
 
 
 def test_max_context_is_linear_in_kv_cache(manifest) -> None:  # type: ignore[no-untyped-def]
@@ -109,3 +126,17 @@ def test_busy_port_is_rejected_unless_it_is_ours(manifest) -> None:  # type: ign
         assert problems[0].startswith(f"port {port} is busy on 127.0.0.1: another program ")
         assert config.validate(settings, manifest, None, own_port=port) == []
     assert config.validate(settings, manifest, None) == []
+
+
+def test_cors_origins_are_validated(manifest) -> None:  # type: ignore[no-untyped-def]
+    good = config.effective(
+        {"cors-origins": "http://localhost:3000, https://app.example.org"}, manifest, 2048
+    )
+    assert good.origins() == ["http://localhost:3000", "https://app.example.org"]
+    assert config.validate(good, manifest, None, own_port=good.port) == []
+    assert config.effective({"cors-origins": "*"}, manifest, 2048).origins() == ["*"]
+    bad = config.effective({"cors-origins": "localhost:3000"}, manifest, 2048)
+    assert config.validate(bad, manifest, None, own_port=bad.port) == [
+        "cors-origins: 'localhost:3000' is not an origin (scheme://host[:port], e.g. "
+        "http://localhost:3000, or * for any)"
+    ]

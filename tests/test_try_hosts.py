@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.llama import needs_llama_server
 
 from snapbuild.trial import Trial, prepare
 
@@ -97,6 +98,7 @@ def test_nothing_fits_leaves_the_service_disabled(
 
 
 @pytest.mark.slow
+@needs_llama_server
 def test_without_hardware_observe_a_cpu_engine_is_chosen_and_said(
     tmp_path: Path, machines_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

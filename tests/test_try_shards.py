@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
+from support.llama import needs_llama_server
 from support.tiny_models import write_tiny_llama_gguf
 
 from hwprobe import probe
@@ -37,7 +38,7 @@ from snapbuild.trial import (
     write_commands,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, needs_llama_server]
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 
 NAME = "tiny-pieces"

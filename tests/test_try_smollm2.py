@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 import requests
+from support.llama import needs_llama_server
 
 from hwprobe import probe
 from snapbuild.threads import default_threads
 from snapbuild.trial import Trial
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, needs_llama_server]
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 
 
@@ -127,6 +128,13 @@ def test_status_and_engines(tried: tuple[Trial, str, int]) -> None:
     status = json.loads(trial.run("status", "--json").stdout)
     active = status["engine"]
     port = status["endpoint"].split(":")[2].split("/")[0]
+    serving = status.pop("serving")
+    assert (serving["slots"], serving["context-per-slot"], serving["kv-cache-type"]) == (
+        8,
+        4096,
+        "f16",
+    )
+    assert status.pop("live") is None  # the service is stopped
     assert status == {
         "snap": "smollm2",
         "model": "smollm2",
@@ -134,6 +142,7 @@ def test_status_and_engines(tried: tuple[Trial, str, int]) -> None:
         "runtime": "llama.cpp-cpu",
         "device": "cpu",
         "quantization": "Q4_1",
+        "inputs": ["text"],
         "forced": False,
         "service": {"name": "smollm2.server", "enabled": True, "active": False},
         "endpoint": f"http://127.0.0.1:{port}/v1",
@@ -143,9 +152,15 @@ def test_status_and_engines(tried: tuple[Trial, str, int]) -> None:
         "notes": [],
     }
     text = trial.run("status").stdout.splitlines()
+    assert text[6].startswith(
+        "serving:      8 parallel slots x 4096 tokens, f16 KV cache, flash attention on, "
+        "prompt-cache reuse from 256 tokens (8 slots, the device's preferred number, fit in f16"
+    )
+    del text[6]
     assert text == [
         "model:        smollm2",
         f"engine:       {active} (llama.cpp-cpu on cpu, Q4_1)",
+        "inputs:       text",
         "service:      smollm2.server (inactive, enabled)",
         f"endpoint:     http://127.0.0.1:{port}/v1",
         "context-size: 4096",

@@ -282,7 +282,7 @@ def _by_architecture(
 
 
 def _artifact_components(manifest: Manifest, engines: list[Engine]) -> tuple[ComponentPlan, ...]:
-    used = list(dict.fromkeys(e.artifact for e in engines))
+    used = list(dict.fromkeys(a.name for e in engines for a in manifest.engine_artifacts(e)))
     out: list[ComponentPlan] = []
     for name in used:
         out.extend(_pack(manifest.artifact(name)))
@@ -383,7 +383,8 @@ def _runtime_components(
 def _engine_plan(
     engine: Engine, runtime: RuntimeEntry, artifacts: tuple[ComponentPlan, ...]
 ) -> EnginePlan:
-    weights = tuple(c.name for c in artifacts if c.artifact == engine.artifact)
+    wanted = (engine.artifact, *((engine.projector,) if engine.projector else ()))
+    weights = tuple(c.name for name in wanted for c in artifacts if c.artifact == name)
     return EnginePlan(
         name=engine.name,
         runtime=runtime.id,
@@ -449,7 +450,7 @@ def _joins(manifest: Manifest, artifacts: tuple[ComponentPlan, ...]) -> tuple[Jo
 
 def _notes(manifest: Manifest, engines: list[Engine]) -> tuple[str, ...]:
     notes = []
-    for name in dict.fromkeys(e.artifact for e in engines):
+    for name in dict.fromkeys(a.name for e in engines for a in manifest.engine_artifacts(e)):
         files = manifest.artifact(name).files
         placeholders = sum(f.placeholder for f in files)
         if placeholders:

@@ -139,7 +139,7 @@ def _grade(manifest: Manifest, plan: BuildPlan, grade: str | None) -> str:
         f.placeholder
         for a in manifest.artifacts
         for f in a.files
-        if a.name in {e.artifact for e in plan.engines}
+        if a.name in {c.artifact for c in plan.components if c.artifact}
     )
     experimental = any(e.experimental for e in plan.engines)
     return "devel" if placeholder or experimental else "stable"
@@ -201,11 +201,12 @@ def _component(
             if len(siblings) > 1
             else ""
         )
+        what = "image encoder (projector)" if artifact.role == "projector" else "weights"
         summary = _fit(
-            f"{artifact.format} {artifact.quantization} weights{part} of {manifest.title}"
+            f"{artifact.format} {artifact.quantization} {what}{part} of {manifest.title}"
         )
         description = (
-            f"Model weights {artifact.name} ({artifact.format}, {artifact.quantization}), "
+            f"Model {what} {artifact.name} ({artifact.format}, {artifact.quantization}), "
             f"{comp.size} bytes. Used by engines: {', '.join(users)}."
         )
     return {"type": "standard", "summary": summary, "description": description}

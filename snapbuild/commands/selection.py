@@ -129,6 +129,8 @@ def format_decision(decision: Decision) -> str:
             f"{sel.quantization}, context {sel.context_size})"
         )
         out.append(f"  why: {sel.why}")
+        if sel.serving is not None:
+            out.append(f"  serving: {sel.serving.summary()}")
     for c in decision.candidates:
         status = f"#{c.rank}" if c.rank else "--"
         out.append(f"{status} {c.engine}")
@@ -228,7 +230,10 @@ def why_not_lines(decision: Decision, cand: Candidate) -> list[str]:
     """Blockers of an incompatible engine, or what beat a compatible one."""
     sel = decision.selected
     if sel is not None and sel.engine == cand.engine:
-        return [f"{cand.engine} is the selected engine: {sel.why}"]
+        lines = [f"{cand.engine} is the selected engine: {sel.why}"]
+        if sel.serving is not None:
+            lines.append(f"  serving: {sel.serving.summary()}")
+        return lines
     if not cand.compatible:
         return [f"{cand.engine} cannot run here:"] + [f"  - {b}" for b in cand.blockers]
     assert sel is not None

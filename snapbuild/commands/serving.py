@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from hwprobe.profile import HostProfile
+from snapbuild.decision import Serving
 from snapbuild.errors import NoEngineError, UsageError
 from snapbuild.manifest import Manifest
 from snapbuild.threads import default_threads as _threads
@@ -30,9 +33,10 @@ def _port(value: str) -> int | str:
 
 def _choose_engine(
     manifest: Manifest, host: HostProfile, engine: str | None
-) -> tuple[str, int | None, Batching | None]:
-    """The engine to serve, the context size the selector chose for it (None: default) and its
-    plan for concurrent requests (None: one at a time)."""
+) -> tuple[str, int | None, Serving | None, Batching | None, tuple[str, ...] | None]:
+    """The engine to serve, the context size the selector chose for it (None: default), its
+    serving configuration (llama.cpp engines), its plan for concurrent requests (the
+    in-process engines; None: one at a time) and the inputs it serves (None: all it reads)."""
     try:
         from snapbuild.selector import select
     except ImportError:
@@ -41,7 +45,7 @@ def _choose_engine(
                 "the selector is not available in this installation",
                 resolution="name the engine with --engine",
             ) from None
-        return engine, None, None
+        return engine, None, None, None, None
     if engine is not None and manifest.engine(engine) is None:
         raise UsageError(
             f"the manifest {manifest.name!r} has no engine {engine!r}",
@@ -57,8 +61,8 @@ def _choose_engine(
             details="\n".join(blockers),
             resolution=f"see `snapbuild why-not {manifest.name}`, or force one with --engine",
         )
-    selected = decision.selected
-    return selected.engine, selected.context_size, selected.batching
+    s = decision.selected
+    return s.engine, s.context_size, s.serving, s.batching, s.inputs
 
 
 @click.command("serve")
@@ -73,6 +77,18 @@ def _choose_engine(
 )
 @click.option("--context-size", type=click.IntRange(min=16), default=None, help="Context tokens.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads.")
+@click.option(
+    "--slots",
+    type=click.IntRange(min=1, max=256),
+    default=None,
+    help="llama.cpp: parallel slots (default: the selector's serving configuration).",
+)
+@click.option(
+    "--llama-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="llama.cpp component tree with usr/bin/llama-server (default: $SNAPBUILD_LLAMA_ROOT).",
+)
 def serve_cmd(
     model: str,
     engine: str | None,
@@ -80,6 +96,8 @@ def serve_cmd(
     port_text: str | None,
     context_size: int | None,
     threads: int | None,
+    slots: int | None,
+    llama_root: Path | None,
 ) -> None:
     """Serve MODEL's OpenAI-compatible API on this machine (selecting the engine)."""
     import hwprobe
@@ -90,16 +108,23 @@ def serve_cmd(
     manifest = load_manifest(model)
     port = _port(port_text) if port_text else manifest.default_port
     profile = hwprobe.probe()
-    engine_name, selected_context, batching = _choose_engine(manifest, profile, engine)
+    engine_name, selected_context, plan, batching, inputs = _choose_engine(
+        manifest, profile, engine
+    )
     chosen = manifest.engine(engine_name)
     assert chosen is not None
-    artifact = manifest.artifact(chosen.artifact)
-    path = locate(manifest, artifact)
-    if path is None:
-        raise UsageError(
-            f"the {artifact.name} artifact of {manifest.name} is not on this machine",
-            resolution=f"download it with: snapbuild fetch {model} --engine {engine_name}",
-        )
+    found: list[Path] = []
+    wanted = manifest.engine_artifacts(chosen)  # the weights, then any projector
+    if inputs is not None and "vision" not in inputs:  # its image encoder does not fit here
+        wanted = wanted[:1]
+    for artifact in wanted:
+        path = locate(manifest, artifact)
+        if path is None:
+            raise UsageError(
+                f"the {artifact.name} artifact of {manifest.name} is not on this machine",
+                resolution=f"download it with: snapbuild fetch {model} --engine {engine_name}",
+            )
+        found.append(path)
 
     def listening(bound_host: str, bound_port: int) -> None:
         click.echo(
@@ -108,15 +133,24 @@ def serve_cmd(
             err=True,
         )
 
+    from runtimes.llamaserver import from_plan
+
+    n_threads = threads or _threads(profile)
+    serving = from_plan(plan, n_threads) if plan is not None else None
+    if serving is not None and slots is not None:
+        serving = dataclasses.replace(serving, slots=slots)
     run(
         manifest,
         engine_name,
         host=host,
         port=port,
         context_size=context_size or selected_context,
-        threads=threads or _threads(profile),
-        artifact_path=path,
+        threads=n_threads,
+        artifact_path=found[0],
+        projector_path=found[1] if len(found) > 1 else None,
         on_listening=listening,
+        serving=serving,
+        llama_root=llama_root,
         batching=batching,
     )
 
@@ -138,32 +172,41 @@ def fetch_cmd(model: str, engine: str | None, record: bool, as_json: bool) -> No
 
     manifest = load_manifest(model)
     if engine is None and len({e.artifact for e in manifest.engines}) > 1:
-        engine, _, _ = _choose_engine(manifest, _probe(), None)
+        engine, *_ = _choose_engine(manifest, _probe(), None)
     artifact = engine_artifact(manifest, engine)
     progress = None if as_json else tqdm_progress
     command = f"snapbuild fetch {shlex.quote(model)}" + (
         f" --engine {shlex.quote(engine)}" if engine else ""
     )
+    chosen = manifest.engine(engine) if engine else None
+    projector = manifest.artifact(chosen.projector) if chosen and chosen.projector else None
     data: dict[str, object] = {"artifact": artifact.name}
+    if projector is not None:
+        data["projector"] = projector.name
     if record:
         outcome = fetch_recording(resolve(model), artifact.name, progress=progress)
         results = outcome.results
+        recorded = list(outcome.recorded)
+        if projector is not None:  # the image encoder the engine loads beside its weights
+            more = fetch_recording(resolve(model), projector.name, progress=progress)
+            results = [*results, *more.results]
+            recorded += more.recorded
         data["manifest"] = str(outcome.manifest_file)
-        data["recorded"] = [
-            {"file": r.label, "size": r.size, "sha256": r.sha256} for r in outcome.recorded
-        ]
+        data["recorded"] = [{"file": r.label, "size": r.size, "sha256": r.sha256} for r in recorded]
         lines = [
             f"recorded {r.label} in {outcome.manifest_file}: size {r.size} "
             f"(placeholder said {r.guessed_size}), sha256 {r.sha256}"
-            for r in outcome.recorded
+            for r in recorded
         ]
-        if not outcome.recorded:
+        if not recorded:
             lines.append(
                 f"nothing to record: {artifact.name} has no placeholder files in "
                 f"{outcome.manifest_file}"
             )
     else:
         results = fetch(manifest, artifact, progress=progress, command=command)
+        if projector is not None:
+            results = [*results, *fetch(manifest, projector, progress=progress, command=command)]
         lines = []
     if as_json:
         data["files"] = [{"path": str(r.path), "action": r.action} for r in results]

@@ -1,0 +1,94 @@
+"""The selector's serving configuration for llama.cpp engines: slots, KV-cache type, flash
+attention; the data table agrees with ggml's block sizes and the runtime catalog."""
+
+from __future__ import annotations
+
+import gguf
+import pytest
+
+from runtimes.catalog import load_catalog
+from runtimes.llamaserver import ServingConfig, from_plan
+from snapbuild.estimate import shape_from_facts
+from snapbuild.estimate_llama import rules
+from snapbuild.manifest_loader import load_manifest
+from snapbuild.serving import kv_types, option, plan, serving_table
+
+GIB = 2**30
+
+
+def _smol_shape():  # type: ignore[no-untyped-def]
+    manifest = load_manifest("smollm2")
+    shape = shape_from_facts(manifest.model, 100_000_000)
+    assert shape is not None
+    return shape
+
+
+def test_kv_types_are_llama_cpps_with_ggml_block_sizes() -> None:
+    sizes = rules()["kv-cache"]["types"]
+    for name in serving_table()["kv-cache-types"]:
+        block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[name.upper()]]
+        assert (sizes[name]["block-elements"], sizes[name]["block-bytes"]) == (block, size), name
+    assert serving_table()["kv-quality-floor"] in serving_table()["kv-cache-types"]
+
+
+def test_flash_attention_and_catalog_agree() -> None:
+    catalog = load_catalog()
+    llama_ids = {e.id for e in catalog.runtimes if e.serving == "llama-server"}
+    assert set(serving_table()["flash-attention"]) <= llama_ids
+    assert {e.family for e in catalog.runtimes if e.serving == "llama-server"} == {"llama.cpp"}
+
+
+def test_quality_floor_and_flash_attention_gate_quantized_caches() -> None:
+    assert kv_types(True) == ["f16", "q8_0"]  # q4_0 is below the floor
+    assert kv_types(False) == ["f16"]  # a quantized V needs flash attention
+
+
+def test_slots_scale_the_kv_cache() -> None:
+    shape = _smol_shape()
+    one, four = option(shape, 4096, "f16", 1), option(shape, 4096, "f16", 4)
+    assert four.kv_cache == 4 * one.kv_cache == 4 * 94_371_840
+    q8 = option(shape, 4096, "q8_0", 4)
+    assert q8.kv_cache == 4 * 2 * 30 * 3 * 64 * 4096 * 34 // 32
+
+
+def test_plan_with_room_takes_the_preferred_slots_in_f16() -> None:
+    serving = plan(_smol_shape(), 4096, runtime="llama.cpp-cpu", device="cpu", available=8 * GIB)
+    assert (serving.slots, serving.kv_cache_type, serving.flash_attention) == (8, "f16", True)
+    assert serving.context_per_slot == 4096 and serving.cache_reuse == 256
+    gpu = plan(_smol_shape(), 4096, runtime="llama.cpp-cuda", device="gpu", available=8 * GIB)
+    assert gpu.slots == 16
+
+
+@pytest.mark.parametrize("slots_f16", [1, 2, 3])
+def test_plan_when_tight(slots_f16: int) -> None:
+    """Exactly ``slots_f16`` f16 slots fit: below the CPU's 2, q8_0 takes over if it fits
+    more; from 2 on, f16 stays."""
+    shape = _smol_shape()
+    budget = option(shape, 4096, "f16", slots_f16 + 1).required - 1  # just short of one more
+    serving = plan(shape, 4096, runtime="llama.cpp-cpu", device="cpu", available=budget)
+    if slots_f16 < 2:
+        q8_slots = max(n for n in range(1, 9) if option(shape, 4096, "q8_0", n).required <= budget)
+        assert (serving.kv_cache_type, serving.slots) == ("q8_0", q8_slots)
+        assert q8_slots > slots_f16
+    else:
+        assert (serving.kv_cache_type, serving.slots) == ("f16", slots_f16)
+    assert serving.required <= budget
+
+
+def test_without_flash_attention_the_cache_stays_f16() -> None:
+    shape = _smol_shape()
+    budget = option(shape, 4096, "f16", 1, flash_attention=False).required
+    serving = plan(shape, 4096, runtime="llama.cpp-vulkan-nofa", device="cpu", available=budget)
+    assert (serving.kv_cache_type, serving.slots, serving.flash_attention) == ("f16", 1, False)
+
+
+def test_plan_becomes_llama_server_flags() -> None:
+    serving = plan(_smol_shape(), 2048, runtime="llama.cpp-cpu", device="cpu", available=None)
+    assert from_plan(serving, threads=2) == ServingConfig(
+        slots=8,
+        context_per_slot=2048,
+        kv_cache_type="f16",
+        flash_attention=True,
+        cache_reuse=256,
+        threads=2,
+    )
