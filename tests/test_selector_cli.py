@@ -75,9 +75,9 @@ def test_engines_table(capsys: pytest.CaptureFixture[str]) -> None:
         "  active\n"
         "vulkan    llama.cpp-vulkan  gpu     Q4_1          yes         956 MiB/7.5 GiB  1"
         "     *\n"
-        "cpu       llama.cpp-cpu     cpu     Q4_1          yes         324 MiB/9.3 GiB  2\n"
+        "cpu       llama.cpp-cpu     cpu     Q4_1          yes         364 MiB/9.3 GiB  2\n"
         "cuda      llama.cpp-cuda    gpu     Q4_1          no          -                -\n"
-        "cpu-avx2  llama.cpp-cpu     cpu     Q4_1          no          324 MiB/9.3 GiB  -\n"
+        "cpu-avx2  llama.cpp-cpu     cpu     Q4_1          no          364 MiB/9.3 GiB  -\n"
     )
 
 
