@@ -4,8 +4,9 @@ llama.cpp reserves one compute buffer, sized for the worst micro-batch (n_ubatch
 the full KV cache, n_ubatch logit rows); a GPU allocates all of it at load, while on the CPU only
 the pages a real graph writes become resident, so the CPU's peak is a full prompt batch at the
 full context with one logit row per sequence, plus the CPU backend's separate work buffer (the
-attention scores converted to f16 without flash attention). The rules and where each comes from in llama.cpp
-are data (``snapbuild/data/llama_cpp_memory.yaml``); this module only applies them.
+attention scores converted to f16 without flash attention). The rules and where each comes
+from in llama.cpp are data (``snapbuild/data/llama_cpp_memory.yaml``); this module only applies
+them.
 :func:`plan_memory` is what the selector calls: steady state and peak, per device.
 """
 
