@@ -52,12 +52,16 @@ class LocalEngine:
         self.context_size = context_size
         self.metrics = metrics
         self.queue: EngineQueue | None = None
-        self.capabilities = adapter.capabilities
         self.notes = adapter.notes
         self.inputs: tuple[str, ...] = tuple(getattr(adapter, "inputs", ("text",)))
         gauges = getattr(adapter, "metrics", None)
         if callable(gauges):  # adapters that batch report their own figures
             metrics.sources.append(gauges)
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """The adapter's, read each time: loading can take chat away (no usable template)."""
+        return self.adapter.capabilities
 
     @property
     def runtime(self) -> str:

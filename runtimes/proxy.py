@@ -20,6 +20,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from runtimes.llamaserver import (
     server_command,
 )
 from runtimes.metrics import Metrics, parse_prometheus, slot_figures
+from runtimes.templates import TemplateChoice, template_for_file
 
 log = logging.getLogger("snapbuild.runtimes.proxy")
 
@@ -67,7 +69,21 @@ ERROR_CODES = {
 class LlamaServerEngine:
     """llama-server children (chat/completions, and a lazily started embedding one)."""
 
-    capabilities = frozenset({"chat", "completion", "embeddings"})
+    ALL_CAPABILITIES = frozenset({"chat", "completion", "embeddings"})
+
+    @cached_property
+    def template(self) -> TemplateChoice | None:
+        """The chat template llama-server must use (runtimes.templates), None if unknown here."""
+        return template_for_file(self.options.artifact, self.options.chat_template)
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """No chat when neither the manifest, the GGUF nor the model family gives a template:
+        completions still work, chat is a clear 400 instead of answers with leaked markers."""
+        choice = self.template
+        if choice is not None and choice.template is None:
+            return self.ALL_CAPABILITIES - {"chat"}
+        return self.ALL_CAPABILITIES
 
     def __init__(
         self,
@@ -113,7 +129,10 @@ class LlamaServerEngine:
         server = self._binary()
         model, device = self.options.artifact, self.options.device
 
-        template = self.options.chat_template
+        choice = self.template
+        # the GGUF's own template needs nothing; the manifest's or the model family's is handed
+        # to llama-server, whose built-in fallback (ChatML) would leak its markers into answers
+        template = choice.template if choice and choice.source != "gguf" else None
         projector = self.options.projector
 
         def command(socket: str) -> list[str]:

@@ -112,3 +112,27 @@ def choose_template(
         f"the GGUF has no {TEMPLATE_KEY} and no known family's markers ({names}) are in its "
         f"vocabulary (architecture {arch or 'unknown'}): chat is refused, completions work",
     )
+
+
+def template_for_file(path: Path, supplied: str | None = None) -> TemplateChoice | None:
+    """:func:`choose_template` on a GGUF file's own metadata and vocabulary: what a runtime that
+    reads the file itself (llama-server) must be given, or whether chat must be refused. None
+    when the file cannot be read here (no ``gguf`` package, not a GGUF): the runtime decides."""
+    try:
+        from gguf import GGUFReader
+
+        reader = GGUFReader(str(path), "r")
+    except Exception:  # absent package, unreadable file: the runtime will say what is wrong
+        return None
+
+    def value(key: str) -> Any:
+        item = reader.fields.get(key)
+        try:
+            return item.contents() if item is not None else None
+        except Exception:  # a malformed field is an absent one
+            return None
+
+    tokens = value("tokenizer.ggml.tokens")
+    vocab = frozenset(tokens) if isinstance(tokens, list) else frozenset()
+    metadata = {key: value(key) for key in ("general.architecture", TEMPLATE_KEY)}
+    return choose_template(metadata, vocab.__contains__, supplied)

@@ -4,6 +4,8 @@ fallback whose markers leak into answers. Real llama.cpp on generated GGUFs."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -103,7 +105,7 @@ def test_no_usable_template_refuses_chat_with_400_and_completes(tmp_path: Path) 
     path = write_chat_gguf(tmp_path / "base.gguf", specials=("<s>", "</s>"))
     options = LoadOptions(artifact=path, runtime="llama.cpp-cpu", context_size=256)
     app = create_app(
-        LlamaCppAdapter(options), model_id="base", engine="cpu", device="cpu", context_size=256
+        LlamaCppAdapter(options), model_id="base", engine_name="cpu", device="cpu", context_size=256
     )
     with app_in_thread(app) as base:
         health = httpx.get(f"{base}/health").json()
@@ -136,3 +138,37 @@ def test_the_manifests_template_wins(tmp_path: Path) -> None:
     adapter.load()
     assert adapter.describe()["chat-template"] == "manifest"
     assert adapter._chat_prompt([Message("user", "Hi")]) == "Q: Hi\nA:"
+
+
+@pytest.mark.slow
+def test_llama_server_path_refuses_chat_without_a_template_and_completes(tmp_path: Path) -> None:
+    """The same rule where llama-server serves: no template anywhere means no chat (400), not
+    llama-server's built-in ChatML with its markers leaking into answers."""
+    from support.llama import llama_server
+    from support.serving import snapbuild_serve
+
+    if llama_server() is None:
+        pytest.skip("llama-server is not built here: run `make install`")
+    path = write_chat_gguf(tmp_path / "base.gguf", specials=("<s>", "</s>"))
+    manifest = tmp_path / "base.yaml"
+    made = subprocess.run(
+        [sys.executable, "-c", "from snapbuild.cli import main; main()", "new", str(path), "-o",
+         str(manifest),
+         "--name", "base"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    with snapbuild_serve(str(manifest), "--threads", "2", "--port", "auto") as base:
+        chat = httpx.post(
+            f"{base}/v1/chat/completions",
+            json={"model": "base", "messages": [{"role": "user", "content": "Hi"}]},
+            timeout=60,
+        )
+        assert chat.status_code == 400, chat.text
+        assert "does not support chat" in chat.json()["error"]["message"]
+        done = httpx.post(
+            f"{base}/v1/completions",
+            json={"model": "base", "prompt": "Hi", "max_tokens": 4},
+            timeout=60,
+        )
+        assert done.status_code == 200, done.text
