@@ -199,7 +199,9 @@ def test_server_streams_concurrently_and_a_disconnect_cancels_only_its_own(
             inference_precision="f32",
         )
     )
-    app = create_app(adapter, model_id="tiny", engine_name="cpu", device="cpu", context_size=CONTEXT)
+    app = create_app(
+        adapter, model_id="tiny", engine_name="cpu", device="cpu", context_size=CONTEXT
+    )
     params = SamplingParams(max_tokens=1500, temperature=0, ignore_eos=True)
     expected = [_text(list(single.complete(p, params, threading.Event()))) for p in PROMPTS[1:]]
     with app_in_thread(app) as base:
