@@ -11,7 +11,6 @@ feed-forward rows (ff 8192) and the masks (flash attention), so a rule that drif
 
 from __future__ import annotations
 
-import ctypes
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 from support.gguf_shapes import write_shape_gguf
+from support.llama import captured_llama_log
 
 from snapbuild.estimate_llama import LlamaRun, compute_reserved, kv_bytes, plan_memory
 from snapbuild.gguf_info import read_gguf_shape
@@ -56,19 +56,8 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture
 def llama_log() -> Iterator[list[str]]:
     """Everything llama.cpp logs while the fixture is active."""
-    from llama_cpp import _logger
-
-    lines: list[str] = []
-
-    @llama_cpp.llama_log_callback
-    def collect(level: int, text: bytes, user_data: Any) -> None:
-        lines.append(text.decode("utf-8", "replace"))
-
-    llama_cpp.llama_log_set(collect, ctypes.c_void_p(0))
-    try:
+    with captured_llama_log() as lines:
         yield lines
-    finally:
-        llama_cpp.llama_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
 
 
 CASES = [

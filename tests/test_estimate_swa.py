@@ -11,14 +11,13 @@ and its sliding-window caches.
 
 from __future__ import annotations
 
-import ctypes
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from support.gguf_shapes import write_shape_gguf
+from support.llama import captured_llama_log
 
 from runtimes.base import LoadOptions, adapter_class
 from snapbuild.estimate import kv_cache_bytes
@@ -48,20 +47,9 @@ def gemma3(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def llama_log() -> Iterator[list[str]]:
-    """Everything llama.cpp logs while the fixture is active, whatever ``verbose`` says."""
-    from llama_cpp import _logger
-
-    lines: list[str] = []
-
-    @llama_cpp.llama_log_callback
-    def collect(level: int, text: bytes, user_data: Any) -> None:
-        lines.append(text.decode("utf-8", "replace"))
-
-    llama_cpp.llama_log_set(collect, ctypes.c_void_p(0))
-    try:
+    """Everything llama.cpp logs while the fixture is active."""
+    with captured_llama_log() as lines:
         yield lines
-    finally:
-        llama_cpp.llama_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
 
 
 def test_gemma3_facts_match_llama_cpps_layer_pattern(gemma3: Path) -> None:
