@@ -2,7 +2,7 @@
 
 argparse rather than click, and every heavy import deferred, because ``hwprobe --json`` runs in
 install hooks and its start-up time is most of its run time. Errors a user can cause (a root
-that does not exist) are :class:`~snapbuild.errors.UsageError`: a message, exit 2, no traceback.
+that does not exist) are :class:`~snapcommon.errors.UsageError`: a message, exit 2, no traceback.
 Unknown hardware facts are not errors: exit 0 with warnings.
 """
 
@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from snapbuild.errors import EXIT_OK, SnapbuildError, UsageError
+from snapcommon.errors import EXIT_OK, SnapbuildError, UsageError
 
 
 def _probe_parser() -> argparse.ArgumentParser:

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from hwprobe._plain import Kebab, kebab
+from snapcommon.plain import Kebab, kebab
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter

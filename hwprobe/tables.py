@@ -2,7 +2,7 @@
 
 Hardware knowledge lives in YAML so that adding a GPU or an NPU is a one-line data change. The
 classes below are the tables' schema: frozen dataclasses (no pydantic at run time, see
-:mod:`hwprobe._plain`) built from the YAML without checks when the prober needs them, and
+:mod:`snapcommon.plain`) built from the YAML without checks when the prober needs them, and
 validated strictly by :func:`validate_table` (types, unknown keys, hex ids), which the tests run
 on every shipped table, so a malformed entry fails there instead of misclassifying a machine.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Literal
 
-from hwprobe._plain import Kebab, build
+from snapcommon.plain import Kebab, build
 
 HEX_ID = re.compile(r"^0x[0-9a-f]{4}$")
 HEX_ANY = re.compile(r"^0x[0-9a-f]+$")

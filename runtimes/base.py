@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from snapbuild.errors import SnapbuildError
+from snapcommon.errors import SnapbuildError
 
 Capability = Literal["chat", "completion", "embeddings"]
 FinishReason = Literal["stop", "length", "cancelled"]

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field
 
-from snapbuild.model import KebabModel
+from snapcommon.model import KebabModel
 
 CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
 

@@ -44,7 +44,7 @@ from runtimes.errors import ApiError, error_json
 from runtimes.images import ImagePolicy, check_request
 from runtimes.local import MAX_EMBEDDING_INPUTS, LocalEngine
 from runtimes.metrics import Metrics
-from snapbuild.errors import SnapbuildError, UsageError
+from snapcommon.errors import SnapbuildError, UsageError
 
 if TYPE_CHECKING:
     from runtimes.llamaserver import ServingConfig
@@ -635,7 +635,7 @@ def run(
     ``serving`` is the selector's serving configuration for llama.cpp engines (slots, context
     per slot, KV-cache type...); ``llama_root`` the llama.cpp component tree holding
     llama-server. Raises :class:`PortInUseError` for a busy port and the engine's
-    :class:`~snapbuild.errors.SnapbuildError` when the model fails to load.
+    :class:`~snapcommon.errors.SnapbuildError` when the model fails to load.
     """
     import dataclasses
 

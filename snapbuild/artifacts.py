@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from snapbuild.errors import SnapbuildError, UsageError
 from snapbuild.manifest import Artifact, ArtifactFile, LocalSource, Manifest
 from snapbuild.paths import cache_dir
+from snapcommon.errors import SnapbuildError, UsageError
 
 CHUNK = 1 << 20  # hashing and copying
 NET_CHUNK = 1 << 16  # network reads: small, so a cut-off connection loses little of the .part
@@ -515,7 +515,7 @@ def record_in_text(text: str, artifact: str, path: str, *, sha256: str, size: in
     ``size`` and its ``placeholder:`` line removed; every other character is kept."""
     import yaml
 
-    from snapbuild.errors import ManifestError
+    from snapcommon.errors import ManifestError
 
     entry = _file_entry(yaml.compose(text, Loader=yaml.SafeLoader), artifact, path)
     if entry is None:
@@ -567,7 +567,7 @@ def _value_edit(text: str, entry: Any, key: str, value: str) -> tuple[int, int, 
     """Replace the scalar of ``key`` with ``value``, keeping its quoting style."""
     import yaml
 
-    from snapbuild.errors import ManifestError
+    from snapcommon.errors import ManifestError
 
     pair = _get(entry, key)
     node = pair[1] if pair else None

@@ -21,7 +21,7 @@ from pydantic import Field, model_validator
 
 from snapbuild.decision import Batching, MemoryEstimate
 from snapbuild.estimate import with_headroom
-from snapbuild.model import KebabModel
+from snapcommon.model import KebabModel
 
 
 class BatchingRule(KebabModel):

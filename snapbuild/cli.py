@@ -2,7 +2,7 @@
 
 Commands live in :mod:`snapbuild.commands` modules and are imported only when invoked, so
 ``snapbuild make`` does not pay for importing the server or the runtimes. Errors are handled in
-one place, :func:`main`: a :class:`~snapbuild.errors.SnapbuildError` prints its brief, details
+one place, :func:`main`: a :class:`~snapcommon.errors.SnapbuildError` prints its brief, details
 and resolution and exits with its code; nothing else a user can cause prints a traceback.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from snapbuild import __version__
-from snapbuild.errors import EXIT_FAILURE, SnapbuildError
+from snapcommon.errors import EXIT_FAILURE, SnapbuildError
 
 # command name -> "module:attribute" of a click.Command
 COMMANDS: dict[str, str] = {

@@ -10,7 +10,7 @@ import json
 from typing import Literal
 
 from hwprobe.profile import ProbeWarning
-from snapbuild.model import KebabModel
+from snapcommon.model import KebabModel
 
 DeviceClass = Literal["cpu", "gpu", "npu"]
 

@@ -21,7 +21,7 @@ import yaml
 from pydantic import Field
 
 from snapbuild.manifest import ModelFacts
-from snapbuild.model import KebabModel
+from snapcommon.model import KebabModel
 
 Family = str  # "llama.cpp", "openvino", "onnxruntime"
 

@@ -26,7 +26,7 @@ from snapbuild.estimate import (
     estimate,
     host_overhead,
 )
-from snapbuild.model import KebabModel
+from snapcommon.model import KebabModel
 
 KvType = Literal["f16", "q8_0", "q4_0"]
 Pool = Literal["ram", "vram"]

@@ -11,8 +11,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from snapbuild.errors import UsageError
 from snapbuild.estimate import ModelShape, token_heap_bytes
+from snapcommon.errors import UsageError
 
 
 def _field(reader: Any, key: str) -> Any:

@@ -14,9 +14,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from snapbuild.errors import UsageError
 from snapbuild.inspect_gguf import FileFacts
 from snapbuild.manifest import ModelKind
+from snapcommon.errors import UsageError
 
 # config.json key -> ModelFacts field, in order of preference (text_config first for VLMs)
 CONFIG_KEYS: dict[str, tuple[str, ...]] = {

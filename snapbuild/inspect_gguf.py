@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from runtimes.templates import TemplateChoice, choose_template
-from snapbuild.errors import UsageError
 from snapbuild.gguf_info import sliding_layers
 from snapbuild.manifest import ModelKind
+from snapcommon.errors import UsageError
 
 GGUF_MAGIC = b"GGUF"
 

@@ -18,8 +18,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from snapbuild.errors import UsageError
 from snapbuild.manifest import Manifest
+from snapcommon.errors import UsageError
 
 STAGE_DIR = "local-artifacts"
 MARKER = ".snapbuild-output.json"  # snapbuild.build.render.MARKER (kept in step by a test)

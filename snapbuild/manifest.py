@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from hwprobe.profile import X86Level
-from snapbuild.model import KebabModel
+from snapcommon.model import KebabModel
 
 MANIFEST_SCHEMA_VERSION = 1
 

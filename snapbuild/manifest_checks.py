@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from snapbuild.errors import ManifestError, UsageError
 from snapbuild.inspect_gguf import FileFacts, is_gguf, read_gguf_facts
 from snapbuild.manifest import Artifact, ArtifactFile, Manifest
 from snapbuild.spdx import license_problem
+from snapcommon.errors import ManifestError, UsageError
 
 Level = Literal["error", "warning"]
 

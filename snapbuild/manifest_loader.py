@@ -17,10 +17,10 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from runtimes.catalog import load_catalog
-from snapbuild.errors import ManifestError
 from snapbuild.local_artifacts import resolve_local_paths
 from snapbuild.manifest import Manifest
 from snapbuild.paths import manifests_dir
+from snapcommon.errors import ManifestError
 
 Loc = tuple[str | int, ...]
 

@@ -16,8 +16,8 @@ from typing import Any
 from runtimes.catalog import RuntimeCatalog, load_catalog
 from snapbuild.build.plan import BuildPlan, plan_build
 from snapbuild.build.render import render
-from snapbuild.errors import UsageError
 from snapbuild.manifest import Manifest
+from snapcommon.errors import UsageError
 
 # GitHub-hosted runners per snap architecture; others build through Launchpad (remote-build).
 RUNNERS = {"amd64": "ubuntu-24.04", "arm64": "ubuntu-24.04-arm"}

@@ -33,8 +33,8 @@ from pathlib import Path
 
 from runtimes.catalog import NativeBuild, RuntimeCatalog, load_catalog
 from runtimes.native import LINK_DIR, ComponentTree
-from snapbuild.errors import SnapbuildError, UsageError
 from snapbuild.paths import cache_dir
+from snapcommon.errors import SnapbuildError, UsageError
 
 GENERATOR = "Unix Makefiles"  # snapcraft's cmake plugin default (cmake-generator unset)
 STAMP = "snapbuild-native.json"

@@ -21,9 +21,9 @@ from typing import Any
 import yaml
 
 from runtimes.catalog import RuntimeEntry, load_catalog
-from snapbuild.errors import UsageError
 from snapbuild.inspect_gguf import FileFacts, is_gguf, read_gguf_facts
 from snapbuild.spdx import license_problem, spdx_id
+from snapcommon.errors import UsageError
 
 # files exported models keep beside their weights that the runtimes read
 COMPANIONS = ("tokenizer.json", "tokenizer_config.json", "config.json", "special_tokens_map.json")

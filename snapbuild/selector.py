@@ -28,7 +28,6 @@ from hwprobe.profile import GpuFacts, HostProfile, NpuFacts, ProbeWarning
 from runtimes.catalog import RuntimeEntry, load_catalog
 from snapbuild.batching import plan_batching
 from snapbuild.decision import Candidate, Decision, DeviceClass, MemoryEstimate, Selected
-from snapbuild.errors import UsageError
 from snapbuild.estimate import (
     ModelShape,
     _data,
@@ -41,6 +40,7 @@ from snapbuild.estimate_llama import Pool, device_overhead, plan_memory, runtime
 from snapbuild.manifest import Condition, Engine, GpuRequirement, Manifest
 from snapbuild.serving import plan
 from snapbuild.vision import missing_inputs, projector_bytes, vision_compute_bytes
+from snapcommon.errors import UsageError
 
 PRECEDENCE: tuple[str, ...] = (
     "serves every input the model takes (a vision model: images too) before text only",

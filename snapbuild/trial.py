@@ -33,8 +33,8 @@ import yaml
 from hwprobe.profile import HostProfile
 from runtimes.catalog import load_catalog
 from snapbuild.decision import Decision
-from snapbuild.errors import NoEngineError, SnapbuildError, UsageError
 from snapbuild.manifest import Manifest
+from snapcommon.errors import NoEngineError, SnapbuildError, UsageError
 from snaps.snapctl_standin import HOOK_VAR
 
 REVISION = "x1"

@@ -33,8 +33,8 @@ from typing import Any
 
 import yaml
 
-from snapbuild.errors import EXIT_NO_ENGINE, SnapbuildError
 from snapbuild.manifest import Manifest
+from snapcommon.errors import EXIT_NO_ENGINE, SnapbuildError
 from snaps.env import SnapEnv
 
 CHUNK = 8 * 1024 * 1024

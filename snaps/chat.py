@@ -18,7 +18,7 @@ from typing import IO, Any
 
 import requests
 
-from snapbuild.errors import SnapbuildError
+from snapcommon.errors import SnapbuildError
 
 
 class ChatError(SnapbuildError):

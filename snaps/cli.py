@@ -18,7 +18,7 @@ import click
 
 from snapbuild.cli import run_cli
 from snapbuild.decision import Candidate, Decision, Serving
-from snapbuild.errors import UsageError
+from snapcommon.errors import UsageError
 from snaps import config, hooks
 from snaps.live import live_lines, live_status
 from snaps.manager import (

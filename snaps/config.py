@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from snapbuild.decision import Candidate
-from snapbuild.errors import UsageError
 from snapbuild.manifest import Manifest
+from snapcommon.errors import UsageError
 
 KEYS = ("port", "host", "context-size", "engine", "cors-origins", "remote-images")
 BOOLEANS = ("true", "false")

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from hwprobe.profile import HostProfile
 from snapbuild.decision import Decision
-from snapbuild.errors import EXIT_NO_ENGINE, SnapbuildError
 from snapbuild.threads import default_threads
+from snapcommon.errors import EXIT_NO_ENGINE, SnapbuildError
 from snaps import artifacts
 from snaps.manager import Context, components_for, engine_components, probe_host, select
 

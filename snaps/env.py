@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from snapbuild.errors import UsageError
+from snapcommon.errors import UsageError
 
 REQUIRED = ("SNAP", "SNAP_DATA", "SNAP_NAME")
 

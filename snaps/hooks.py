@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 
 from snapbuild.decision import Decision
-from snapbuild.errors import NoEngineError, UsageError
+from snapcommon.errors import NoEngineError, UsageError
 from snaps import artifacts, config
 from snaps.manager import (
     Context,

@@ -16,8 +16,8 @@ from typing import Any
 from hwprobe.profile import HostProfile
 from runtimes.catalog import load_catalog
 from snapbuild.decision import Candidate, Decision, Selected
-from snapbuild.errors import SnapbuildError, UsageError
 from snapbuild.manifest import Manifest
+from snapcommon.errors import SnapbuildError, UsageError
 from snaps import config
 from snaps.env import HOST_PROFILE_VAR, HOST_ROOT_VAR, SnapEnv
 from snaps.snapctl import Snapctl

@@ -18,7 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from snapbuild.errors import SnapbuildError
+from snapcommon.errors import SnapbuildError
 
 
 class SnapctlError(SnapbuildError):

@@ -47,7 +47,7 @@ def test_make_prints_summary_and_writes_project(capsys, tmp_path: Path) -> None:
     # the vendored source installs this project: its metadata and every package
     src = out_dir / SOURCE_DIR
     assert (src / "pyproject.toml").is_file()
-    for package in ("hwprobe", "snapbuild", "runtimes", "snaps"):
+    for package in ("snapcommon", "hwprobe", "snapbuild", "runtimes", "snaps"):
         assert (src / package / "__init__.py").is_file(), package
     assert not list(src.rglob("__pycache__"))
 

@@ -18,9 +18,9 @@ from runtimes.catalog import load_catalog
 from snapbuild.build.naming import name_problems
 from snapbuild.build.snapyaml import snap_yaml
 from snapbuild.builder import build_project
-from snapbuild.errors import UsageError
 from snapbuild.manifest_loader import load_manifest
 from snapbuild.paths import manifests_dir
+from snapcommon.errors import UsageError
 
 pytestmark = pytest.mark.skipif(not SCHEMA.is_file(), reason=f"{SCHEMA} is absent")
 

@@ -25,9 +25,9 @@ from runtimes.catalog import load_catalog
 from snapbuild.build.project import snap_license
 from snapbuild.build.snapyaml import snap_yaml
 from snapbuild.builder import build_project, make
-from snapbuild.errors import UsageError
 from snapbuild.manifest_loader import load_manifest
 from snapbuild.paths import manifests_dir
+from snapcommon.errors import UsageError
 
 SHIPPED = sorted(p.stem for p in manifests_dir().glob("*.yaml"))
 VARIANTS = ["all", *(v.name for v in load_catalog().variants)]

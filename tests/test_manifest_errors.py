@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from snapbuild.cli import cli, run_cli
-from snapbuild.errors import ManifestError
 from snapbuild.manifest_loader import load_manifest
+from snapcommon.errors import ManifestError
 
 BAD = Path(__file__).parent / "data" / "bad-manifests"
 CASES = sorted(p.stem for p in BAD.glob("*.yaml"))

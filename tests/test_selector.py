@@ -7,9 +7,9 @@ import pytest
 
 import hwprobe
 from hwprobe.profile import CpuFacts, GpuFacts, HostProfile, MemoryFacts, NpuFacts, PciIds
-from snapbuild.errors import UsageError
 from snapbuild.manifest_loader import load_manifest
 from snapbuild.selector import PRECEDENCE, select
+from snapcommon.errors import UsageError
 
 GIB = 1024**3
 AVX2 = ("avx", "avx2", "f16c", "fma", "sse4_2")

@@ -7,8 +7,8 @@ import socket
 import pytest
 
 from snapbuild.decision import Candidate, MemoryEstimate
-from snapbuild.errors import UsageError
 from snapbuild.manifest_loader import load_manifest
+from snapcommon.errors import UsageError
 from snaps import config
 
 GIB = 2**30

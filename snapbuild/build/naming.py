@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from snapbuild.errors import UsageError
+from snapcommon.errors import UsageError
 
 # snap and component names: lowercase letters, digits, single hyphens, at least one letter,
 # 2 to 40 characters (snapd's ValidateName / ValidateComponentName).

@@ -15,7 +15,6 @@ from typing import Literal
 from urllib.parse import urlparse
 
 from runtimes.catalog import RuntimeCatalog, RuntimeEntry, Variant
-from snapbuild.errors import ManifestError, UsageError
 from snapbuild.local_artifacts import staged_source
 from snapbuild.manifest import (
     STORE_COMPONENT_LIMIT,
@@ -25,7 +24,8 @@ from snapbuild.manifest import (
     Engine,
     Manifest,
 )
-from snapbuild.model import KebabModel
+from snapcommon.errors import ManifestError, UsageError
+from snapcommon.model import KebabModel
 
 # A component must stay under the Store's limit with room for squashfs and metadata overhead.
 COMPONENT_BUDGET = STORE_COMPONENT_LIMIT - 64 * 1024**2

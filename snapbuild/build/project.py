@@ -17,10 +17,10 @@ import yaml
 
 from runtimes.catalog import NativeBuild, PythonBuild, RuntimeCatalog
 from snapbuild.build.plan import BuildPlan, ComponentPlan, Piece, download_name
-from snapbuild.errors import UsageError
 from snapbuild.manifest import Manifest
 from snapbuild.paths import templates_dir
 from snapbuild.spdx import license_problem
+from snapcommon.errors import UsageError
 
 # core24's python3; the python plugin installs packages into this venv directory.
 PYTHON_SITE_PACKAGES = "lib/python3.12/site-packages"

@@ -28,8 +28,8 @@ from snapbuild.build.project import (
     RUNTIME_SOURCE_DIR,
     snap_license,
 )
-from snapbuild.errors import UsageError
 from snapbuild.paths import templates_dir
+from snapcommon.errors import UsageError
 
 MARKER = ".snapbuild-output.json"
 HOOKS = ("install", "post-refresh", "configure")
@@ -39,6 +39,7 @@ _SOURCE_ITEMS = (
     "pyproject.toml",
     "README.md",
     "LICENSE",
+    "snapcommon",
     "hwprobe",
     "snapbuild",
     "runtimes",

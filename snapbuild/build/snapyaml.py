@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from snapbuild.errors import UsageError
+from snapcommon.errors import UsageError
 
 # What snapcraft adds for non-bare bases so staged binaries and libraries are found.
 DEFAULT_ENVIRONMENT = {

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from snapbuild.errors import UsageError
+from snapcommon.errors import UsageError
 
 
 def _names(value: str | None) -> tuple[str, ...]:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from snapbuild.errors import EXIT_USAGE, NoEngineError, SnapbuildError, UsageError
 from snapbuild.fleet.inventory import InventoryIssue
+from snapcommon.errors import EXIT_USAGE, NoEngineError, SnapbuildError, UsageError
 
 EMIT_KINDS = ("ansible", "cloud-init")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from snapbuild.errors import UsageError
+from snapcommon.errors import UsageError
 
 
 @click.command("new")

@@ -10,10 +10,10 @@ from pydantic import ValidationError
 
 from hwprobe.profile import HostProfile, error_message
 from snapbuild.decision import Candidate, Decision
-from snapbuild.errors import NoEngineError, SnapbuildError, UsageError
 from snapbuild.manifest import Manifest
 from snapbuild.manifest_loader import load_manifest, manifest_schema
 from snapbuild.selector import gib, select
+from snapcommon.errors import NoEngineError, SnapbuildError, UsageError
 
 
 def load_host(host_root: str | None, host_file: str | None) -> HostProfile:

@@ -12,9 +12,9 @@ import click
 
 from hwprobe.profile import HostProfile
 from snapbuild.decision import Serving
-from snapbuild.errors import NoEngineError, UsageError
 from snapbuild.manifest import Manifest
 from snapbuild.threads import default_threads as _threads
+from snapcommon.errors import NoEngineError, UsageError
 
 if TYPE_CHECKING:
     from snapbuild.decision import Batching

@@ -16,9 +16,9 @@ from typing import Any, Literal
 import jinja2
 import yaml
 
-from snapbuild.errors import UsageError
 from snapbuild.fleet.planner import FleetPlan
 from snapbuild.paths import templates_dir
+from snapcommon.errors import UsageError
 
 SnapModule = Literal["community", "builtin"]
 PLANNED_GROUP = "snapbuild_planned"

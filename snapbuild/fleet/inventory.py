@@ -26,7 +26,7 @@ from typing import Any, TypeGuard
 from pydantic import ValidationError
 
 from hwprobe.profile import HostProfile, error_message
-from snapbuild.errors import SnapbuildError
+from snapcommon.errors import SnapbuildError
 
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
 YAML_SUFFIXES = (".yml", ".yaml")

@@ -1,18 +1,18 @@
 """``KebabModel``: the pydantic base of the project's documents (manifests, decisions, catalog,
 build plans, fleet records...).
 
-It lives in ``snapbuild`` rather than in :mod:`hwprobe.profile` because the prober's own data
-(the host profile and its tables) are plain dataclasses, so that ``hwprobe --json`` never
-imports pydantic (see :mod:`hwprobe._plain`); the documents built here are read and written by
-``snapbuild`` and the snap, where pydantic's validation is the point. Both share one key
-convention, :func:`hwprobe.profile.kebab`, and the same rules: frozen, unknown keys rejected.
+It is kept apart from :mod:`snapcommon.plain` because the prober's own data (the host profile and
+its tables) are plain dataclasses, so that ``hwprobe --json`` never imports pydantic; the
+documents built on this class are read and written by ``snapbuild``, the runtimes and the snap,
+where pydantic's validation is the point. Both share one key convention,
+:func:`snapcommon.plain.kebab`, and the same rules: frozen, unknown keys rejected.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from hwprobe.profile import kebab
+from snapcommon.plain import kebab
 
 
 class KebabModel(BaseModel):
