@@ -97,3 +97,16 @@ def test_the_ranking_criteria_are_the_documented_precedence() -> None:
     assert len({c.name for c in CRITERIA}) == len(CRITERIA)
     assert tuple(c.precedence for c in CRITERIA) == PRECEDENCE
     assert CRITERIA[-1].name == "manifest-order"
+
+
+def test_every_vendor_a_message_names_has_a_name() -> None:
+    """hardware.yaml's vendor-names is the one source: the fleet advice and `snapbuild new`
+    name the vendors of the counterfactual drivers and of the catalog with it."""
+    from snapbuild.fleet.advice import counterfactuals
+
+    drivers = {v for cf in counterfactuals() for v in cf.params.get("drivers", {})}
+    assert drivers
+    assert drivers <= set(hardware_table().vendor_names)
+    assert {v for r in load_catalog().runtimes for v in r.vendors} <= set(
+        hardware_table().vendor_names
+    )
