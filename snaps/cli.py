@@ -17,7 +17,8 @@ from typing import Any
 import click
 
 from snapbuild.cli import run_cli
-from snapbuild.decision import Candidate, Decision, Serving
+from snapbuild.decision import Decision, Serving
+from snapbuild.engine_rows import engine_rows
 from snapcommon.errors import UsageError
 from snaps import config, hooks
 from snaps.live import live_lines, live_status
@@ -147,56 +148,27 @@ def status(as_json: bool) -> None:
 
 
 # engines -----------------------------------------------------------------------------------
-def _fit(cand: Candidate) -> str:
-    mem = cand.memory
-    if mem is None or mem.available is None:
-        return "unknown"
-    return "yes" if mem.required <= mem.available else "no"
-
-
-def engine_rows(ctx: Context, decision: Decision) -> list[dict[str, Any]]:
-    """One row per engine of the snap, in manifest order."""
-    active = decision.selected.engine if decision.selected else None
-    rows = []
-    for engine in ctx.manifest.engines:
-        cand = decision.candidate(engine.name)
-        rows.append(
-            {
-                "engine": engine.name,
-                "runtime": engine.runtime,
-                "device": cand.device if cand else None,
-                "quantization": cand.quantization if cand else None,
-                "compatible": bool(cand and cand.compatible),
-                "fit": _fit(cand) if cand else "unknown",
-                "rank": cand.rank if cand else None,
-                "active": engine.name == active,
-                "summary": engine.summary,
-            }
-        )
-    return rows
-
-
 @cli.command()
 @JSON_OPT
 def engines(as_json: bool) -> None:
     """Every engine with runtime, device, quantization, compatibility, fit, rank; * = active."""
     ctx = Context.load()
-    rows = engine_rows(ctx, ctx.require_decision())
+    rows = engine_rows(ctx.require_decision(), ctx.manifest.engines)
     if as_json:
-        _emit(rows)
+        _emit([{**r.to_data(fit="verdict"), "summary": r.summary} for r in rows])
         return
     table = [("", "ENGINE", "RUNTIME", "DEVICE", "QUANT", "COMPATIBLE", "FIT", "RANK")]
     for r in rows:
         table.append(
             (
-                "*" if r["active"] else "",
-                r["engine"],
-                r["runtime"],
-                r["device"] or "-",
-                r["quantization"] or "-",
-                "yes" if r["compatible"] else "no",
-                r["fit"],
-                str(r["rank"]) if r["rank"] is not None else "-",
+                "*" if r.active else "",
+                r.engine,
+                r.runtime,
+                r.device or "-",
+                r.quantization or "-",
+                "yes" if r.compatible else "no",
+                r.fits,
+                str(r.rank) if r.rank is not None else "-",
             )
         )
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
