@@ -14,7 +14,13 @@ import yaml
 from pydantic import ValidationError
 
 from runtimes.catalog import load_catalog
-from snapbuild.estimate import _data, quantization_table
+from snapbuild.estimate import quantization_table
+from snapbuild.estimate_tables import (
+    EstimateTable,
+    QuantizationTable,
+    estimate_table,
+    quantizations,
+)
 from snapbuild.manifest_loader import load_manifest
 from snapbuild.paths import manifests_dir
 from snapbuild.selection.hardware import Accel, HardwareTable, hardware_table
@@ -73,15 +79,35 @@ def test_the_hardware_table_rejects_what_the_code_cannot_use(change: dict[str, A
 
 def test_every_estimate_family_is_a_catalog_family() -> None:
     families = {r.family for r in load_catalog().runtimes}
-    assert set(_data("estimate.yaml")["families"]) == families
+    assert set(estimate_table().families) == families
 
 
 def test_shipped_quantizations_are_in_the_table_with_a_matching_format() -> None:
-    table = _data("quantization.yaml")["quantizations"]
+    table = quantizations()
     for path in sorted(manifests_dir().glob("*.yaml")):
         for artifact in load_manifest(path.stem).artifacts:
             assert artifact.quantization in quantization_table()
-            assert artifact.format in table[artifact.quantization]["formats"]
+            assert artifact.format in table[artifact.quantization].formats
+
+
+def test_the_estimate_tables_reject_what_the_code_cannot_use() -> None:
+    good = estimate_table().to_data()
+    llama = good["families"]["llama.cpp"]
+    EstimateTable.model_validate(good)
+    for families in (
+        {"openvino": good["families"]["openvino"]},  # no llama.cpp, the fallback
+        {"llama.cpp": {**llama, "vocabulary": None}},  # its vocabulary rule is counted
+        {"llama.cpp": {**llama, "context-padding": 0}},
+        {"llama.cpp": {**llama, "ubatch": "512 tokens"}},
+    ):
+        with pytest.raises(ValidationError):
+            EstimateTable.model_validate({**good, "families": families})
+    quant = {"schema-version": 1, "quantizations": {"Q4_0": {"bits": 4.5, "formats": ["gguf"]}}}
+    QuantizationTable.model_validate(quant)
+    with pytest.raises(ValidationError):
+        QuantizationTable.model_validate(
+            {**quant, "quantizations": {"Q4_0": {"bits": 4.5, "formats": ["safetensors"]}}}
+        )
 
 
 def test_nominal_vram_devices_have_a_bandwidth() -> None:
