@@ -77,18 +77,8 @@ def select(
         c = winner.candidate
         assert c.context_size is not None
         selected = Selected(
-            engine=c.engine,
-            runtime=c.runtime,
-            device=c.device,
-            vendor=c.vendor,
-            context_size=c.context_size,
-            artifact=c.artifact,
-            quantization=c.quantization,
-            slot=c.slot,
-            batching=c.batching,
             why=why(winner, runner, len(judged) - len(ranked), engine is not None),
-            serving=c.serving,
-            inputs=c.inputs,
+            **{name: getattr(c, name) for name in Selected.model_fields if name != "why"},
         )
         warnings += [ProbeWarning(source="selector", message=m) for m in winner.warnings]
         if any(f.placeholder for f in manifest.artifact(c.artifact).files):

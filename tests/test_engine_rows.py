@@ -3,6 +3,7 @@ the memory fit (figures and verdict) come from the same row, in rank or manifest
 
 from __future__ import annotations
 
+from dataclasses import astuple
 from pathlib import Path
 
 import hwprobe
@@ -49,18 +50,9 @@ def test_an_engine_the_decision_does_not_know_is_listed_as_unknown() -> None:
     stale = decision.model_copy(update={"candidates": decision.candidates[:1]})
     rows = engine_rows(stale, manifest.engines)
     assert rows[1].compatible and rows[1].active
-    assert rows[0] == EngineRow(
-        engine="cuda",
-        runtime="llama.cpp-cuda",
-        device=None,
-        quantization=None,
-        compatible=False,
-        rank=None,
-        active=False,
-        required=None,
-        available=None,
-        summary=manifest.engines[0].summary,
-    )
+    # engine, runtime, device, quantization, compatible, rank, active, required, available, summary
+    unknown = ("cuda", "llama.cpp-cuda", None, None, False, None, False, None, None)
+    assert astuple(rows[0]) == (*unknown, manifest.engines[0].summary)
     assert (rows[0].memory, rows[0].fits) == ("-", "unknown")
 
 

@@ -38,6 +38,22 @@ def _check_flags(
         v.ok(f"CPU has {names}")
 
 
+def check_architecture(
+    v: Verdicts,
+    arch: str | None,
+    allowed: Sequence[str],
+    *,
+    unknown: str,
+    passed: str,
+    failed: str,
+) -> None:
+    """``arch`` must be one of ``allowed``; an unknown one fails (a wrong guess cannot load)."""
+    if arch is None:
+        v.fail(unknown)
+    else:
+        v.check(arch in allowed, passed if arch in allowed else failed)
+
+
 def judge_condition(v: Verdicts, cond: Condition, host: HostProfile) -> bool:
     """Judge one non-device condition; True when it holds. GPU/NPU ones are judged by the
     device choice (they must hold for one and the same device)."""
@@ -45,15 +61,14 @@ def judge_condition(v: Verdicts, cond: Condition, host: HostProfile) -> bool:
     arch = host.architecture
     if cond.architecture is not None:
         allowed = ", ".join(cond.architecture)
-        if arch is None:
-            v.fail(f"needs {allowed}: architecture unknown (no CPU facts)")
-        else:
-            v.check(
-                arch in cond.architecture,
-                f"runs on {allowed}: machine is {arch}"
-                if arch in cond.architecture
-                else f"needs {allowed}: machine is {arch}",
-            )
+        check_architecture(
+            v,
+            arch,
+            cond.architecture,
+            unknown=f"needs {allowed}: architecture unknown (no CPU facts)",
+            passed=f"runs on {allowed}: machine is {arch}",
+            failed=f"needs {allowed}: machine is {arch}",
+        )
     elif cond.cpu_flags is not None:
         if arch is not None and arch not in ("amd64", "i386"):
             v.fail(

@@ -7,12 +7,14 @@ written conditions, device, memory; a failed check does not stop the ones after 
 
 from __future__ import annotations
 
+from typing import Any
+
 from hwprobe.profile import HostProfile
 from runtimes.catalog import RuntimeEntry, load_catalog
 from snapbuild.batching import plan_batching
-from snapbuild.decision import Candidate
-from snapbuild.manifest import Engine, Manifest
-from snapbuild.selection.conditions import judge_any_of, judge_condition
+from snapbuild.decision import Candidate, DeviceClass
+from snapbuild.manifest import Artifact, Engine, Manifest
+from snapbuild.selection.conditions import check_architecture, judge_any_of, judge_condition
 from snapbuild.selection.devices import Device, cpu_device, gpu_key, pick_gpu, pick_npu
 from snapbuild.selection.hardware import hardware_table
 from snapbuild.selection.memory_fit import fit_memory, model_shape
@@ -62,19 +64,17 @@ def judge(
     v = Verdicts()
     if entry is None:  # the loader rejects this; a hand-built Manifest may still carry it
         v.fail(f"runtime {engine.runtime!r} is not in the runtime catalog")
-        return _judged(engine, artifact.quantization, "cpu", None, v, index, None, 0.0)
+        return _rejected(engine, artifact, engine.runtime, "cpu", v, index)
     if engine.experimental and not include_experimental:
         v.fail("experimental: considered only with --experimental")
-    arch = host.architecture
-    if arch is None:
-        v.fail("architecture unknown (no CPU facts)")
-    else:
-        v.check(
-            arch in manifest.architectures,
-            f"snap built for {arch}"
-            if arch in manifest.architectures
-            else f"snap not built for {arch} (only {', '.join(manifest.architectures)})",
-        )
+    check_architecture(
+        v,
+        host.architecture,
+        manifest.architectures,
+        unknown="architecture unknown (no CPU facts)",
+        passed=f"snap built for {host.architecture}",
+        failed=f"snap not built for {host.architecture} (only {', '.join(manifest.architectures)})",
+    )
     for cond in engine.requires.all_of:
         if cond.gpu is None and cond.npu is None:
             judge_condition(v, cond, host)
@@ -86,7 +86,7 @@ def judge(
     else:
         device = cpu_device(host)
     if device is None:
-        return _judged(engine, artifact.quantization, entry.device, None, v, index, entry, 0.0)
+        return _rejected(engine, artifact, entry.id, entry.device, v, index)
     fit = fit_memory(v, manifest, engine, entry, device, host)
     served = tuple(i for i in manifest.engine_inputs(engine) if i in entry.inputs)
     if fit.text_only:
@@ -113,17 +113,13 @@ def judge(
             available=available,
             pool=pool,
         )
-    cand = Candidate(
-        engine=engine.name,
-        runtime=entry.id,
-        device=device.cls,
+    cand = _candidate(
+        engine,
+        artifact,
+        v,
+        entry.id,
+        device.cls,
         vendor=device.vendor,
-        quantization=artifact.quantization,
-        artifact=artifact.name,
-        experimental=engine.experimental,
-        compatible=compatible,
-        reasons=tuple(v.reasons),
-        blockers=tuple(v.blockers),
         memory=fit.memory,
         context_size=fit.context if compatible else None,
         estimated_tokens_per_second=tps,
@@ -135,26 +131,27 @@ def judge(
     return Judged(cand, device.accel, fit.verified, index, v.warnings, missing)
 
 
-def _judged(
-    engine: Engine,
-    quant: str,
-    device: str,
-    vendor: str | None,
-    v: Verdicts,
-    index: int,
-    entry: RuntimeEntry | None,
-    tps: float,
-) -> Judged:
-    cand = Candidate(
+def _candidate(
+    engine: Engine, artifact: Artifact, v: Verdicts, runtime: str, device: DeviceClass, **facts: Any
+) -> Candidate:
+    """The engine's identity and verdicts; ``facts``: what judging found out beyond them."""
+    return Candidate(
         engine=engine.name,
-        runtime=entry.id if entry else engine.runtime,
-        device=device if device in ("cpu", "gpu", "npu") else "cpu",  # type: ignore[arg-type]
-        vendor=vendor,
-        quantization=quant,
-        artifact=engine.artifact,
+        runtime=runtime,
+        device=device,
+        quantization=artifact.quantization,
+        artifact=artifact.name,
         experimental=engine.experimental,
-        compatible=False,
+        compatible=not v.blockers,
         reasons=tuple(v.reasons),
         blockers=tuple(v.blockers),
+        **facts,
     )
-    return Judged(cand, "cpu", False, index, v.warnings)
+
+
+def _rejected(
+    engine: Engine, artifact: Artifact, runtime: str, device: str, v: Verdicts, index: int
+) -> Judged:
+    """An engine rejected before its memory could be judged (no runtime, no device)."""
+    cls: DeviceClass = device if device in ("gpu", "npu") else "cpu"  # type: ignore[assignment]
+    return Judged(_candidate(engine, artifact, v, runtime, cls), "cpu", False, index, v.warnings)
