@@ -28,13 +28,12 @@ import math
 from hwprobe.profile import HostProfile, ProbeWarning
 from snapbuild.decision import Decision, Selected
 from snapbuild.manifest import Manifest
-from snapbuild.selection.hardware import hardware_table
 from snapbuild.selection.judging import judge
 from snapbuild.selection.ranking import PRECEDENCE, Judged, why
 from snapbuild.selection.verdicts import gib
 from snapcommon.errors import UsageError
 
-__all__ = ["PRECEDENCE", "Judged", "gib", "hardware_table", "judge", "select"]
+__all__ = ["PRECEDENCE", "Judged", "gib", "judge", "select"]
 
 
 def select(
