@@ -20,7 +20,7 @@ from snapbuild.selection.hardware import Accel, hardware_table, vendor_name
 from snapbuild.selection.verdicts import Verdicts, gib
 
 
-@dataclass
+@dataclass(frozen=True)
 class Device:
     """The device an engine would run on."""
 

@@ -39,7 +39,7 @@ def _pool(device: Device, host: HostProfile) -> tuple[str, int | None, str, bool
     return "ram", host.memory.available, "RAM available", True
 
 
-@dataclass
+@dataclass(frozen=True)
 class Fit:
     """What the memory check found: the estimate at the chosen context, and how sure it is."""
 

@@ -19,7 +19,7 @@ from snapbuild.estimate import quantization_bits
 from snapbuild.selection.hardware import Accel, hardware_table
 
 
-@dataclass
+@dataclass(frozen=True)
 class Judged:
     """One engine as the ranking sees it: its candidate and the facts the criteria read."""
 
