@@ -45,7 +45,7 @@ def _system_bandwidth(host: HostProfile) -> float:
     return bw.cpu_by_architecture.get(host.architecture or "", 10.0e9)
 
 
-def tokens_per_second(
+def _tokens_per_second(
     entry: RuntimeEntry, device: Device, host: HostProfile, weights: int
 ) -> float:
     """Estimated decode speed: decode is bandwidth-bound, so bandwidth x the runtime's
@@ -98,7 +98,7 @@ def judge(
             if "vision" in manifest.engine_inputs(engine)
             else "serves text only: this engine loads no image encoder"
         )
-    tps = tokens_per_second(entry, device, host, artifact.size)
+    tps = _tokens_per_second(entry, device, host, artifact.size)
     compatible = not v.blockers
     serving = None
     shape = model_shape(manifest, engine)
