@@ -40,6 +40,7 @@ from runtimes.llamaserver import (
 )
 from runtimes.metrics import Metrics, parse_prometheus, slot_figures
 from runtimes.templates import TemplateChoice, template_for_file
+from runtimes.upstream import Stream, open_stream
 
 log = logging.getLogger("snapbuild.runtimes.proxy")
 
@@ -381,9 +382,7 @@ class LlamaServerEngine:
                 self.metrics.add_tokens(int((out.get("usage") or {}).get("completion_tokens", 0)))
                 done("completed")
                 return JSONResponse(out)
-            sending = asyncio.ensure_future(
-                client.send(client.build_request("POST", path, json=body), stream=True)
-            )
+            sending = asyncio.ensure_future(_open(self.main.socket, path, body))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(sending), HEAD_GRACE_S)
             if sending.done():
@@ -412,7 +411,7 @@ class _Relay:
     def __init__(
         self,
         engine: LlamaServerEngine,
-        sending: asyncio.Future[httpx.Response],
+        sending: asyncio.Future[Stream],
         started: float,
         *,
         chat: bool,
@@ -430,7 +429,7 @@ class _Relay:
 
     async def events(self) -> AsyncIterator[bytes]:
         outcome = "cancelled"
-        response: httpx.Response | None = None
+        response: Stream | None = None
         try:
             if not self.sending.done():
                 yield b": connected\n\n"  # headers now, while the request waits for a slot
@@ -449,7 +448,10 @@ class _Relay:
                 async for event in self._upstream(response):
                     yield event
                 outcome = "completed"
-        except httpx.HTTPError as exc:
+        except ApiError as exc:
+            yield _sse(exc.body())
+            outcome = "failed"
+        except OSError as exc:
             yield _sse(
                 ApiError(503, f"llama-server stopped answering: {exc}", type="server_error").body()
             )
@@ -462,30 +464,45 @@ class _Relay:
             self.done(outcome)
         yield b"data: [DONE]\n\n"
 
-    async def _upstream(self, response: httpx.Response) -> AsyncIterator[bytes]:
+    async def _upstream(self, response: Stream) -> AsyncIterator[bytes]:
+        """Our events for llama-server's, one write for all that arrived together."""
+        events = _SseEvents()
+        try:
+            async for piece in response.pieces():
+                out: list[bytes] = []
+                for data in events.feed(piece):
+                    if data == b"[DONE]":
+                        break
+                    event = _loads(data)
+                    if "error" in event:
+                        out.append(_sse(_error_from(event["error"], chat=self.chat).body()))
+                        yield b"".join(out)
+                        return
+                    out.extend(self._relayed(event))
+                if out:
+                    yield b"".join(out)
+        finally:
+            if self.usage is not None:
+                self.engine.metrics.add_tokens(int(self.usage.get("completion_tokens", 0)))
+
+    def _relayed(self, event: dict[str, Any]) -> list[bytes]:
+        """One upstream event as our SSE events, noting usage and token timings."""
         metrics = self.engine.metrics
-        async for data in _sse_data(response):
-            if data == b"[DONE]":
-                break
-            event = _loads(data)
-            if "error" in event:
-                yield _sse(_error_from(event["error"], chat=self.chat).body())
-                return
-            for item in _fix_chunk(event, self.engine.model_id, chat=self.chat):
-                if "usage" in item and not item.get("choices"):
-                    self.usage = item["usage"]
-                    if not self.want_usage:
-                        continue
-                elif _has_text(item):
-                    now = time.monotonic()
-                    if self.last_piece is None:
-                        metrics.observe("time_to_first_token_seconds", now - self.started)
-                    else:
-                        metrics.observe("inter_token_latency_seconds", now - self.last_piece)
-                    self.last_piece = now
-                yield _sse(item)
-        if self.usage is not None:
-            metrics.add_tokens(int(self.usage.get("completion_tokens", 0)))
+        out = []
+        for item in _fix_chunk(event, self.engine.model_id, chat=self.chat):
+            if "usage" in item and not item.get("choices"):
+                self.usage = item["usage"]
+                if not self.want_usage:
+                    continue
+            elif _has_text(item):
+                now = time.monotonic()
+                if self.last_piece is None:
+                    metrics.observe("time_to_first_token_seconds", now - self.started)
+                else:
+                    metrics.observe("inter_token_latency_seconds", now - self.last_piece)
+                self.last_piece = now
+            out.append(_sse(item))
+        return out
 
 
 def _has_text(chunk: dict[str, Any]) -> bool:
@@ -496,18 +513,24 @@ def _has_text(chunk: dict[str, Any]) -> bool:
     return False
 
 
-async def _sse_data(response: httpx.Response) -> AsyncIterator[bytes]:
-    """The ``data:`` payloads of an SSE body, as raw bytes, in arrival order (split by hand:
-    cheaper than decoding and splitting lines, which matters on a machine whose cores also run
-    llama-server)."""
-    pending = b""
-    async for raw in response.aiter_raw():
-        pending += raw
+class _SseEvents:
+    """The ``data:`` payloads of an SSE body fed piece by piece, as raw bytes, in arrival order
+    (split by hand: cheaper than decoding and splitting lines, which matters on a machine whose
+    cores also run llama-server)."""
+
+    def __init__(self) -> None:
+        self.pending = b""
+
+    def feed(self, piece: bytes) -> list[bytes]:
+        pending = self.pending + piece
+        found = []
         while (cut := pending.find(b"\n\n")) >= 0:
             event, pending = pending[:cut], pending[cut + 2 :]
             for line in event.split(b"\n"):
                 if line.startswith(b"data: "):
-                    yield line[6:].strip()
+                    found.append(line[6:].strip())
+        self.pending = pending
+        return found
 
 
 def _sse(data: dict[str, Any]) -> bytes:
@@ -598,6 +621,20 @@ def _error_from(error: dict[str, Any], *, chat: bool, param: str | None = None) 
     if status == 503:
         typ = "service_unavailable"
     return ApiError(status, message, type=typ, param=param, code=code)
+
+
+async def _open(socket: str, path: str, body: dict[str, Any]) -> Stream:
+    """Open a streamed request; a child that is not answering is a 503, not a crash."""
+    try:
+        return await open_stream(socket, path, _dumps(body))
+    except (OSError, TimeoutError) as exc:
+        raise ApiError(
+            503,
+            f"llama-server is not answering ({exc.__class__.__name__}); it is being restarted, "
+            "check GET /health",
+            type="service_unavailable",
+            code="model_not_ready",
+        ) from exc
 
 
 async def _post(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> httpx.Response:

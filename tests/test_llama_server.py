@@ -409,3 +409,26 @@ def test_child_death_is_a_clear_503_then_a_restart(smol: str) -> None:
     assert after["runtime_info"]["child"]["restarts"] == 1
     assert after["runtime_info"]["child"]["pid"] != pid
     assert _chat(smol, max_tokens=2)["choices"]
+
+
+@pytest.mark.slow
+@needs_llama_server
+def test_child_death_mid_stream_ends_the_stream_with_an_error(smol: str) -> None:
+    pid = httpx.get(f"{smol}/health").json()["runtime_info"]["child"]["pid"]
+    body = {"model": "smollm2", "prompt": "Count:", "max_tokens": 400, "stream": True}
+    lines: list[str] = []
+    with httpx.stream(
+        "POST", f"{smol}/v1/completions", json={**body, "ignore_eos": True}, timeout=60
+    ) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: {") and not any(seen.startswith("data: ") for seen in lines):
+                os.kill(pid, signal.SIGKILL)  # right after the first event
+            lines.append(line)
+    data = [line[6:] for line in lines if line.startswith("data: ")]
+    assert data[-1] == "[DONE]"
+    error = json.loads(data[-2])["error"]
+    assert error["type"] == "server_error" and "stopped answering" in error["message"]
+    deadline = time.monotonic() + 60
+    while httpx.get(f"{smol}/health").status_code != 200 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert httpx.get(f"{smol}/health").json()["runtime_info"]["child"]["pid"] != pid
