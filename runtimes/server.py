@@ -674,7 +674,7 @@ def run(
         llama_root=llama_root,
         chat_template=manifest.model.chat_template,
         projector=projector_path,
-        **load_options(batching),
+        **load_options(engine.runtime, batching),
     )
     chosen, choices = build_engine(
         options, model_id=manifest.name, metrics=metrics, serving=serving
