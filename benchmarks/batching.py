@@ -80,7 +80,9 @@ def serve(kind: str, model: str, sequences: int, threads: int) -> None:
             sequences=sequences,
         )
         adapter = OnnxAdapter(options)
-    app = create_app(adapter, model_id="bench", engine_name="cpu", device="cpu", context_size=CONTEXT)
+    app = create_app(
+        adapter, model_id="bench", engine_name="cpu", device="cpu", context_size=CONTEXT
+    )
     sock = bind_socket("127.0.0.1", 0)
     print(f"http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
     uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
