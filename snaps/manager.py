@@ -8,18 +8,18 @@ hooks call these with no questions asked, the CLI asks first. Everything reads t
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hwprobe.profile import HostProfile
+from hwprobe.replay import probe_from_environ
 from runtimes.catalog import load_catalog
 from snapbuild.decision import Candidate, Decision, Selected
 from snapbuild.manifest import Manifest
 from snapcommon.errors import SnapbuildError, UsageError
 from snaps import config
-from snaps.env import HOST_PROFILE_VAR, HOST_ROOT_VAR, SnapEnv
+from snaps.env import SnapEnv
 from snaps.snapctl import Snapctl
 
 HARDWARE_PLUG = "hardware-observe"
@@ -143,7 +143,7 @@ def probe_host(ctx: Context) -> tuple[HostProfile, list[str], bool]:
     """
     notes: list[str] = []
     connected = ctx.snapctl.is_connected(HARDWARE_PLUG)
-    host = _probe()
+    host = probe_from_environ()
     if not connected:
         notes.append(
             f"the {HARDWARE_PLUG} interface is not connected, so GPUs and NPUs cannot be seen: "
@@ -151,15 +151,6 @@ def probe_host(ctx: Context) -> tuple[HostProfile, list[str], bool]:
             f"then `{ctx.env.name} use-engine --auto`."
         )
     return host, notes, not connected
-
-
-def _probe() -> HostProfile:
-    profile_file = os.environ.get(HOST_PROFILE_VAR)
-    if profile_file:
-        return HostProfile.from_json(Path(profile_file).read_text(encoding="utf-8"))
-    from hwprobe import probe
-
-    return probe(os.environ.get(HOST_ROOT_VAR) or "/")
 
 
 def device_of(manifest: Manifest, engine: str) -> str:
