@@ -20,19 +20,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ("snapcommon", "hwprobe", "runtimes", "snapbuild", "snaps")  # bottom first
 
-# Known upward imports being removed on another branch (`trial`: the trial machinery moves out
-# of snapbuild/trial.py's reach into snaps). (file, imported module) pairs; EMPTY THIS LIST when
-# that branch merges: test_the_allowed_exceptions_are_still_needed fails until it is.
-ALLOWED: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("snapbuild/trial.py", "snaps.snapctl_standin"),
-        ("snapbuild/trial.py", "snaps.artifacts"),
-        ("snapbuild/trial.py", "snaps.env"),
-        ("snapbuild/trial.py", "snaps.manager"),
-        ("snapbuild/trial.py", "snaps.chat"),
-    }
-)
-
 
 @dataclass(frozen=True)
 class Violation:
@@ -100,15 +87,8 @@ def violations(root: Path, layers: Sequence[str]) -> list[Violation]:
 
 
 def test_every_import_points_down() -> None:
-    found = violations(ROOT, LAYERS)
-    upward = [str(v) for v in found if (v.path, v.imported) not in ALLOWED]
+    upward = [str(v) for v in violations(ROOT, LAYERS)]
     assert upward == [], "imports that point up:\n" + "\n".join(upward)
-
-
-def test_the_allowed_exceptions_are_still_needed() -> None:
-    """An entry of ALLOWED that no longer matches an import is stale: remove it."""
-    present = {(v.path, v.imported) for v in violations(ROOT, LAYERS)}
-    assert sorted(ALLOWED - present) == []
 
 
 def test_the_walk_sees_every_module_of_every_layer() -> None:
