@@ -59,6 +59,7 @@ def serve(kind: str, model: str, sequences: int, threads: int) -> None:
     from runtimes.onnx import OnnxAdapter
     from runtimes.openvino import OpenVinoAdapter
     from runtimes.server import bind_socket, create_app
+    from snapbuild.batching import kv_block_tokens
 
     if kind == "openvino":
         options = LoadOptions(
@@ -67,6 +68,7 @@ def serve(kind: str, model: str, sequences: int, threads: int) -> None:
             context_size=CONTEXT,
             threads=threads,
             sequences=sequences,
+            kv_block_tokens=kv_block_tokens("openvino-cpu"),
         )
         adapter: OpenVinoAdapter | OnnxAdapter = OpenVinoAdapter(options)
     else:
@@ -78,7 +80,9 @@ def serve(kind: str, model: str, sequences: int, threads: int) -> None:
             sequences=sequences,
         )
         adapter = OnnxAdapter(options)
-    app = create_app(adapter, model_id="bench", engine="cpu", device="cpu", context_size=CONTEXT)
+    app = create_app(
+        adapter, model_id="bench", engine_name="cpu", device="cpu", context_size=CONTEXT
+    )
     sock = bind_socket("127.0.0.1", 0)
     print(f"http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
     uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

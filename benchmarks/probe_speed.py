@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-HWPROBE = [sys.executable, "-c", "from hwprobe.cli import main; main()", "--json"]
+HWPROBE = [sys.executable, "-c", "from runtimes.probe_cli import main; main()", "--json"]
 PY_CPUINFO = [sys.executable, "-c", "import cpuinfo; cpuinfo.get_cpu_info()"]
 
 

@@ -4,6 +4,10 @@ argparse rather than click, and every heavy import deferred, because ``hwprobe -
 install hooks and its start-up time is most of its run time. Errors a user can cause (a root
 that does not exist) are :class:`~snapcommon.errors.UsageError`: a message, exit 2, no traceback.
 Unknown hardware facts are not errors: exit 0 with warnings.
+
+The installed ``hwprobe`` command is :func:`runtimes.probe_cli.main`: this CLI with the runtime
+catalog's "good for" verdicts on GPU lines, which hwprobe (facts only, the bottom layer above
+:mod:`snapcommon`) cannot import. Run from here the summary states the facts alone.
 """
 
 from __future__ import annotations
@@ -12,8 +16,12 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from snapcommon.errors import EXIT_OK, SnapbuildError, UsageError
+
+if TYPE_CHECKING:
+    from hwprobe.summary import GpuUses
 
 
 def _probe_parser() -> argparse.ArgumentParser:
@@ -49,7 +57,7 @@ def _check_root(root: str) -> None:
         )
 
 
-def _run_probe(argv: Sequence[str]) -> int:
+def _run_probe(argv: Sequence[str], gpu_uses: GpuUses | None) -> int:
     args = _probe_parser().parse_args(argv)
     _check_root(args.root)
     from hwprobe.probes import probe_host
@@ -64,7 +72,7 @@ def _run_probe(argv: Sequence[str]) -> int:
     else:
         from hwprobe.summary import summary
 
-        sys.stdout.write(summary(profile) + "\n")
+        sys.stdout.write(summary(profile, gpu_uses) + "\n")
     return EXIT_OK
 
 
@@ -84,13 +92,14 @@ def _run_capture(argv: Sequence[str]) -> int:
     return EXIT_OK
 
 
-def run(argv: Sequence[str] | None = None) -> int:
-    """Run the command and return its exit code (errors printed, never raised)."""
+def run(argv: Sequence[str] | None = None, *, gpu_uses: GpuUses | None = None) -> int:
+    """Run the command and return its exit code (errors printed, never raised). ``gpu_uses``
+    says what each GPU is good for in the summary (see :mod:`hwprobe.summary`)."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         if args and args[0] == "capture":
             return _run_capture(args[1:])
-        return _run_probe(args)
+        return _run_probe(args, gpu_uses)
     except SnapbuildError as err:
         err.report()
         return err.exit_code
@@ -98,9 +107,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
 
 
-def main() -> None:
-    """Console-script entry point."""
+def main(gpu_uses: GpuUses | None = None) -> None:
+    """Entry point: set the process up, run, exit with the code."""
     from hwprobe._startup import configure_process
 
     configure_process()
-    sys.exit(run())
+    sys.exit(run(gpu_uses=gpu_uses))

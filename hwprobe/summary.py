@@ -1,10 +1,21 @@
-"""The short human summary ``hwprobe`` prints: CPU, ISA level, RAM, each device and its use."""
+"""The short human summary ``hwprobe`` prints: CPU, ISA level, RAM, each device and its use.
+
+hwprobe states facts and imports nothing of ours but :mod:`snapcommon`. Which runtimes a GPU is
+good for is the runtime catalog's knowledge, one layer up, so the caller passes it in
+(``gpu_uses``); the installed ``hwprobe`` command does (:mod:`runtimes.probe_cli`). NPU lines
+need no such help: hwprobe's own PCI table names the runtimes that drive each NPU.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
 
 from hwprobe.profile import CpuFacts, GpuFacts, HostProfile, NpuFacts
 
 GIB = 1024**3
+
+GpuUses = Callable[[GpuFacts], Sequence[str]]
+"""What a GPU is good for (runtime ids, in the caller's order); empty: say nothing."""
 
 
 def size(value: int | None) -> str:
@@ -24,17 +35,7 @@ def _cpu_line(cpu: CpuFacts) -> str:
     return f"CPU:     {cpu.model_name or cpu.vendor or 'unknown model'} ({details})"
 
 
-def _good_for_gpu(gpu: GpuFacts) -> list[str]:
-    try:
-        from runtimes.catalog import load_catalog
-
-        catalog = load_catalog()
-    except Exception:  # noqa: BLE001 - the summary works without the catalog
-        return []
-    return [r.id for r in catalog.runtimes if r.device == "gpu" and gpu.vendor in r.gpu_vendors]
-
-
-def _gpu_line(gpu: GpuFacts) -> str:
+def _gpu_line(gpu: GpuFacts, gpu_uses: GpuUses | None) -> str:
     slot = gpu.pci.slot if gpu.pci else "?"
     kind = {True: "integrated", False: "discrete", None: "integrated or discrete: unknown"}[
         gpu.integrated
@@ -47,7 +48,7 @@ def _gpu_line(gpu: GpuFacts) -> str:
         memory = f"{size(gpu.vram)} VRAM"
     extra = [f"compute {gpu.compute_capability}"] if gpu.compute_capability else []
     extra += [gpu.gfx] if gpu.gfx else []
-    uses = _good_for_gpu(gpu)
+    uses = list(gpu_uses(gpu)) if gpu_uses is not None else []
     line = f"GPU:     {gpu.vendor} {gpu.name or ''} [{slot}] {kind}, {memory}"
     line += "".join(f", {e}" for e in extra)
     return line + (f"; good for {', '.join(uses)}" if uses else "")
@@ -66,8 +67,9 @@ def _npu_line(npu: NpuFacts) -> str:
     return f"NPU:     {npu.vendor} {npu.name or ''} [{slot}] {driver}; {use}"
 
 
-def summary(profile: HostProfile) -> str:
-    """A few lines a person reads at a glance; ``--json`` is for programs."""
+def summary(profile: HostProfile, gpu_uses: GpuUses | None = None) -> str:
+    """A few lines a person reads at a glance; ``--json`` is for programs. ``gpu_uses`` adds
+    "good for ..." to each GPU line (None: facts only)."""
     lines = [_cpu_line(c) for c in profile.cpus] or ["CPU:     unknown"]
     mem = profile.memory
     ram = f"RAM:     {size(mem.total)}"
@@ -77,7 +79,7 @@ def summary(profile: HostProfile) -> str:
     if profile.disk:
         disk = profile.disk
         lines.append(f"Disk:    {size(disk.free)} free of {size(disk.total)} at {disk.path}")
-    lines += [_gpu_line(g) for g in profile.gpus] or ["GPU:     none that can run models"]
+    lines += [_gpu_line(g, gpu_uses) for g in profile.gpus] or ["GPU:     none that can run models"]
     lines += [_npu_line(n) for n in profile.npus]
     for display in profile.displays:
         slot = display.pci.slot if display.pci else "?"

@@ -106,6 +106,9 @@ class LoadOptions:
     # concurrent serving (issue 13), from the Decision's batching plan; 1: one at a time
     sequences: int = 1  # continuous: sequences decoding together; micro-batch: texts per batch
     batch_window_ms: float = 5.0  # micro-batch: how long concurrent requests are gathered
+    # continuous: tokens per paged-KV block on this runtime (the selector's batching table,
+    # snapbuild/data/batching.yaml), so the cache holds ``sequences`` full contexts
+    kv_block_tokens: int | None = None
     # OpenVINO INFERENCE_PRECISION_HINT; None: the device's default (bf16 on CPUs with AMX or
     # AVX512-BF16, whose rounding depends on the batch shape); "f32": batch-invariant math
     inference_precision: str | None = None

@@ -47,8 +47,11 @@ MAX_EMBEDDING_INPUTS = 2048
 class LocalEngine:
     """An in-process adapter, one generation at a time."""
 
-    def __init__(self, adapter: RuntimeAdapter, *, context_size: int, metrics: Metrics) -> None:
+    def __init__(
+        self, adapter: RuntimeAdapter, *, context_size: int, metrics: Metrics, loaded: bool = False
+    ) -> None:
         self.adapter = adapter
+        self.loaded = loaded  # True: the caller loaded the adapter; start only warms it up
         self.context_size = context_size
         self.metrics = metrics
         self.queue: EngineQueue | None = None
@@ -73,9 +76,9 @@ class LocalEngine:
         self.queue = EngineQueue(slots=self.adapter.concurrency)
 
         def load_and_warm() -> None:
-            if not getattr(self.adapter, "_snapbuild_loaded", False):
+            if not self.loaded:
                 self.adapter.load()
-                self.adapter._snapbuild_loaded = True  # type: ignore[attr-defined]
+                self.loaded = True
             self.adapter.warm_up()
 
         await self.queue.call(load_and_warm)

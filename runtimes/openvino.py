@@ -18,6 +18,7 @@ is an OpenVINO IR directory or a GGUF file (GenAI reads GGUF with supported layo
 from __future__ import annotations
 
 import functools
+import math
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -54,6 +55,11 @@ class OpenVinoAdapter(RuntimeAdapter):
         self.batched = options.sequences > 1 and self.device != "NPU"
         if options.sequences > 1 and not self.batched:
             self.notes.append("the NPU pipeline takes static shapes: one request at a time")
+        if self.batched and not options.kv_block_tokens:
+            raise ValueError(
+                "continuous batching needs LoadOptions.kv_block_tokens (the runtime's paged-KV "
+                "block size, from snapbuild/data/batching.yaml) to size its cache"
+            )
 
     @property
     def concurrency(self) -> int:
@@ -98,13 +104,12 @@ class OpenVinoAdapter(RuntimeAdapter):
         """Paged KV cache for ``sequences`` full-context sequences (the selector's plan), so an
         admitted request never runs out of blocks; no prefix caching, so a sequence's numbers
         never depend on what ran before it (temperature 0 answers stay identical)."""
-        from snapbuild.batching import kv_blocks
-
         options = self.options
+        assert options.kv_block_tokens  # checked in __init__
         tokens = options.sequences * options.context_size
         scheduler = ov.SchedulerConfig()
         scheduler.max_num_seqs = options.sequences
-        scheduler.num_kv_blocks = kv_blocks(options.runtime, tokens)
+        scheduler.num_kv_blocks = max(1, math.ceil(tokens / options.kv_block_tokens))
         scheduler.max_num_batched_tokens = max(256, options.sequences)
         scheduler.dynamic_split_fuse = True
         scheduler.enable_prefix_caching = False

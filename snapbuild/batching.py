@@ -12,7 +12,6 @@ mid-answer. The per-runtime rules (mode, limits, why a device cannot batch) are 
 
 from __future__ import annotations
 
-import math
 from functools import cache
 from importlib import resources
 from typing import Any, Literal
@@ -125,19 +124,17 @@ def _sequences(rule: BatchingRule, memory: MemoryEstimate | None, context: int) 
     )
 
 
-def load_options(batching: Batching | None) -> dict[str, Any]:
-    """The :class:`runtimes.base.LoadOptions` fields that carry ``batching`` to the adapter
-    (none without a plan: the adapter serves one request at a time). The KV cache is not
-    passed: the adapter sizes it for ``sequences`` at the context it actually serves, which is
-    the plan's ``kv-cache-tokens`` unless ``--context-size`` overrides the selector."""
+def load_options(runtime: str, batching: Batching | None) -> dict[str, Any]:
+    """The :class:`runtimes.base.LoadOptions` fields that carry ``batching`` to ``runtime``'s
+    adapter (none without a plan: the adapter serves one request at a time). The KV cache is
+    not passed, its block size is: the adapter sizes the cache for ``sequences`` at the context
+    it actually serves, which is the plan's ``kv-cache-tokens`` unless ``--context-size``
+    overrides the selector."""
     if batching is None or batching.mode == "one-at-a-time":
         return {}
     options: dict[str, Any] = {"sequences": batching.sequences}
     if batching.window_ms is not None:
         options["batch_window_ms"] = batching.window_ms
+    if batching.mode == "continuous":
+        options["kv_block_tokens"] = kv_block_tokens(runtime)
     return options
-
-
-def kv_blocks(runtime: str, kv_cache_tokens: int) -> int:
-    """Paged-KV blocks that hold ``kv_cache_tokens`` on ``runtime``."""
-    return max(1, math.ceil(kv_cache_tokens / kv_block_tokens(runtime)))

@@ -238,27 +238,27 @@ def _run(ctx: Context) -> None:
         f"on {url} with context {settings.context_size}, {threads or 'default'} threads"
     )
     from runtimes.images import ImagePolicy
-    from runtimes.llamaserver import from_plan
     from runtimes.server import run as serve
+    from snapbuild.launch import serve_options
 
     plan = decision.selected.serving
-    serving = from_plan(plan, threads) if plan is not None else None
-    if serving is not None:
-        log(f"serving: {plan.summary() if plan else ''}")
-    serve(
+    if plan is not None:
+        log(f"serving: {plan.summary()}")
+    options = serve_options(
         ctx.manifest,
-        engine,
-        host=settings.host,
-        port=settings.port,
+        decision.selected,
+        artifact=model_path,
+        projector=projector,
         context_size=settings.context_size,
         threads=threads,
-        artifact_path=model_path,
-        projector_path=projector,
-        images=ImagePolicy(remote_urls=settings.remote_images == "true"),
-        serving=serving,
+        host=settings.host,
+        port=settings.port,
         llama_root=runtime_dir,  # the llama.cpp component tree (usr/bin/llama-server)
         cors_origins=settings.origins(),
-        batching=decision.selected.batching,
+        images=ImagePolicy(remote_urls=settings.remote_images == "true"),
+    )
+    serve(
+        options,
         on_listening=lambda host, port: note(
             ctx, "serving", f"serving {engine} on http://{host}:{port}/v1"
         ),

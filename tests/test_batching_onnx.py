@@ -158,7 +158,9 @@ def test_batcher_gathers_in_order_and_isolates_a_failed_batch() -> None:
 @pytest.mark.slow
 def test_server_answers_concurrent_embedding_requests(model: Path, single: OnnxAdapter) -> None:
     adapter = _adapter(model, 32, window_ms=5)
-    app = create_app(adapter, model_id="enc", engine_name="cpu", device="cpu", context_size=512)
+    app = create_app(
+        adapter, model_id="enc", engine_name="cpu", device="cpu", context_size=512, loaded=True
+    )
     alone = [single.embed([t]).vectors[0] for t in TEXTS]
     with app_in_thread(app) as base:
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="-", max_retries=0, timeout=60)

@@ -24,6 +24,7 @@ from support.tiny_models import write_tiny_gguf
 from runtimes.base import Delta, LoadOptions, Message, SamplingParams
 from runtimes.openvino import OpenVinoAdapter
 from runtimes.server import create_app
+from snapbuild.batching import kv_block_tokens
 
 pytestmark = pytest.mark.slow
 
@@ -51,6 +52,7 @@ def _adapter(model: Path, sequences: int) -> OpenVinoAdapter:
             context_size=CONTEXT,
             threads=2,
             sequences=sequences,
+            kv_block_tokens=kv_block_tokens("openvino-cpu"),
             inference_precision="f32",
         )
     )
@@ -196,6 +198,7 @@ def test_server_streams_concurrently_and_a_disconnect_cancels_only_its_own(
             context_size=CONTEXT,
             threads=2,
             sequences=4,
+            kv_block_tokens=kv_block_tokens("openvino-cpu"),
             inference_precision="f32",
         )
     )

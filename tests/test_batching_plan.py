@@ -14,7 +14,6 @@ from runtimes.catalog import load_catalog
 from snapbuild.batching import (
     batching_table,
     kv_block_tokens,
-    kv_blocks,
     load_options,
     plan_batching,
 )
@@ -110,15 +109,47 @@ def test_npu_onnxruntime_and_llamacpp_plans() -> None:
 
 
 def test_load_options_carry_the_plan_to_the_adapter() -> None:
-    assert load_options(None) == {}
+    assert load_options("openvino-cpu", None) == {}
     npu = plan_batching("openvino-npu", None, 4096)
-    assert load_options(npu) == {}
+    assert load_options("openvino-npu", npu) == {}
     cpu = plan_batching("openvino-cpu", _memory(7 * GIB, 6 * GIB, 512 * MIB), 4096)
-    assert load_options(cpu) == {"sequences": 2}
+    assert load_options("openvino-cpu", cpu) == {"sequences": 2, "kv_block_tokens": 32}
+    gpu = plan_batching("openvino-gpu", _memory(7 * GIB, 6 * GIB, 512 * MIB), 4096)
+    assert load_options("openvino-gpu", gpu) == {"sequences": 2, "kv_block_tokens": 16}
     onnx = plan_batching("onnxruntime-cpu", None, 512)
-    assert load_options(onnx) == {"sequences": 32, "batch_window_ms": 5.0}
-    assert kv_blocks("openvino-cpu", 8192) == 256
-    assert kv_blocks("openvino-gpu", 8192) == 512
+    assert load_options("onnxruntime-cpu", onnx) == {"sequences": 32, "batch_window_ms": 5.0}
+
+
+@pytest.mark.parametrize(("runtime", "blocks"), [("openvino-cpu", 256), ("openvino-gpu", 512)])
+def test_the_adapter_sizes_its_paged_cache_from_the_block_size(
+    runtime: str, blocks: int, tmp_path: Path
+) -> None:
+    """Two full 4096-token sequences, in the table's blocks of 32 (CPU) or 16 (GPU) tokens."""
+    import openvino_genai
+
+    from runtimes.base import LoadOptions
+    from runtimes.openvino import OpenVinoAdapter
+
+    plan = plan_batching(runtime, _memory(7 * GIB, 6 * GIB, 512 * MIB), 4096)
+    assert plan is not None and plan.sequences == 2
+    options = LoadOptions(
+        artifact=tmp_path / "model.gguf",
+        runtime=runtime,
+        device=runtime.removeprefix("openvino-"),
+        context_size=4096,
+        **load_options(runtime, plan),
+    )
+    scheduler = OpenVinoAdapter(options)._scheduler(openvino_genai)
+    assert (scheduler.max_num_seqs, scheduler.num_kv_blocks) == (2, blocks)
+
+
+def test_continuous_batching_without_a_block_size_is_refused(tmp_path: Path) -> None:
+    from runtimes.base import LoadOptions
+    from runtimes.openvino import OpenVinoAdapter
+
+    options = LoadOptions(artifact=tmp_path / "m.gguf", runtime="openvino-cpu", sequences=2)
+    with pytest.raises(ValueError, match="needs LoadOptions.kv_block_tokens"):
+        OpenVinoAdapter(options)
 
 
 # the Arc A580 reads images too: gemma3's image encoder and projector take one sequence's room;

@@ -18,8 +18,9 @@ import hwprobe
 from hwprobe import tables
 from hwprobe.capture import capture
 from hwprobe.cli import run
+from runtimes.probe_cli import gpu_uses
 
-HWPROBE = [sys.executable, "-c", "from hwprobe.cli import main; main()"]
+HWPROBE = [sys.executable, "-c", "from runtimes.probe_cli import main; main()"]
 
 
 def test_json_replay_of_a_recorded_machine(machines_dir: Path) -> None:
@@ -37,14 +38,24 @@ def test_yaml_and_summary(machines_dir: Path, capsys: pytest.CaptureFixture[str]
     root = str(machines_dir / "i7-2600k+arc-a580" / "machine-root")
     assert run(["--root", root, "--yaml"]) == 0
     assert yaml.safe_load(capsys.readouterr().out)["gpus"][0]["vram"] == 8096681984
-    assert run(["--root", root]) == 0
-    assert capsys.readouterr().out.splitlines() == [
+    facts = [
         "CPU:     Intel(R) Core(TM) i7-2600K CPU @ 3.40GHz (amd64, x86-64-v2, 4 cores / 8 threads)",
         "RAM:     10.7 GiB (9.3 GiB available), swap 2.0 GiB",
         "Disk:    15.6 GiB free of 54.2 GiB at /var/lib/snapd/snaps",
-        "GPU:     intel Arc A580 [0000:03:00.0] discrete, 7.5 GiB VRAM; good for llama.cpp-vulkan, "
-        "openvino-gpu, onnxruntime-openvino",
+        "GPU:     intel Arc A580 [0000:03:00.0] discrete, 7.5 GiB VRAM",
     ]
+    # the installed command (runtimes.probe_cli) adds the catalog's runtimes for each GPU
+    done = subprocess.run([*HWPROBE, "--root", root], capture_output=True, text=True)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.splitlines() == [
+        *facts[:3],
+        facts[3] + "; good for llama.cpp-vulkan, openvino-gpu, onnxruntime-openvino",
+    ]
+    assert run(["--root", root], gpu_uses=gpu_uses) == 0
+    assert capsys.readouterr().out == done.stdout
+    # hwprobe alone states facts: it cannot see the catalog one layer up
+    assert run(["--root", root]) == 0
+    assert capsys.readouterr().out.splitlines() == facts
 
 
 def test_bad_root_exits_2_with_a_message_and_no_traceback(tmp_path: Path) -> None:

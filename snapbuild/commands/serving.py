@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from hwprobe.profile import HostProfile
-from snapbuild.decision import Serving
+from snapbuild.decision import Selected
 from snapbuild.manifest import Manifest
 from snapbuild.threads import default_threads as _threads
 from snapcommon.errors import NoEngineError, UsageError
-
-if TYPE_CHECKING:
-    from snapbuild.decision import Batching
 
 
 def _port(value: str) -> int | str:
@@ -31,21 +26,11 @@ def _port(value: str) -> int | str:
     )
 
 
-def _choose_engine(
-    manifest: Manifest, host: HostProfile, engine: str | None
-) -> tuple[str, int | None, Serving | None, Batching | None, tuple[str, ...] | None]:
-    """The engine to serve, the context size the selector chose for it (None: default), its
-    serving configuration (llama.cpp engines), its plan for concurrent requests (the
-    in-process engines; None: one at a time) and the inputs it serves (None: all it reads)."""
-    try:
-        from snapbuild.selector import select
-    except ImportError:
-        if engine is None:
-            raise UsageError(
-                "the selector is not available in this installation",
-                resolution="name the engine with --engine",
-            ) from None
-        return engine, None, None, None, None
+def _choose_engine(manifest: Manifest, host: HostProfile, engine: str | None) -> Selected:
+    """The selector's choice (or ``engine``, when it is compatible): the engine, the context it
+    chose, its serving configuration and batching plan, the inputs it serves."""
+    from snapbuild.selector import select
+
     if engine is not None and manifest.engine(engine) is None:
         raise UsageError(
             f"the manifest {manifest.name!r} has no engine {engine!r}",
@@ -61,8 +46,7 @@ def _choose_engine(
             details="\n".join(blockers),
             resolution=f"see `snapbuild why-not {manifest.name}`, or force one with --engine",
         )
-    s = decision.selected
-    return s.engine, s.context_size, s.serving, s.batching, s.inputs
+    return decision.selected
 
 
 @click.command("serve")
@@ -103,56 +87,48 @@ def serve_cmd(
     import hwprobe
     from runtimes.server import run
     from snapbuild.artifacts import locate
+    from snapbuild.launch import serve_options
     from snapbuild.manifest_loader import load_manifest
 
     manifest = load_manifest(model)
-    port = _port(port_text) if port_text else manifest.default_port
+    port = _port(port_text) if port_text else None
     profile = hwprobe.probe()
-    engine_name, selected_context, plan, batching, inputs = _choose_engine(
-        manifest, profile, engine
-    )
-    chosen = manifest.engine(engine_name)
+    selected = _choose_engine(manifest, profile, engine)
+    chosen = manifest.engine(selected.engine)
     assert chosen is not None
     found: list[Path] = []
     wanted = manifest.engine_artifacts(chosen)  # the weights, then any projector
-    if inputs is not None and "vision" not in inputs:  # its image encoder does not fit here
+    if "vision" not in selected.inputs:  # its image encoder does not fit here
         wanted = wanted[:1]
     for artifact in wanted:
         path = locate(manifest, artifact)
         if path is None:
             raise UsageError(
                 f"the {artifact.name} artifact of {manifest.name} is not on this machine",
-                resolution=f"download it with: snapbuild fetch {model} --engine {engine_name}",
+                resolution=f"download it with: snapbuild fetch {model} --engine {chosen.name}",
             )
         found.append(path)
 
     def listening(bound_host: str, bound_port: int) -> None:
         click.echo(
-            f"Serving {manifest.name} with engine {engine_name} ({chosen.runtime}) on "
+            f"Serving {manifest.name} with engine {chosen.name} ({chosen.runtime}) on "
             f"http://{bound_host}:{bound_port}/v1 (health: /health)",
             err=True,
         )
 
-    from runtimes.llamaserver import from_plan
-
-    n_threads = threads or _threads(profile)
-    serving = from_plan(plan, n_threads) if plan is not None else None
-    if serving is not None and slots is not None:
-        serving = dataclasses.replace(serving, slots=slots)
-    run(
+    options = serve_options(
         manifest,
-        engine_name,
+        selected,
+        artifact=found[0],
+        projector=found[1] if len(found) > 1 else None,
+        context_size=context_size,
+        threads=threads or _threads(profile),
+        slots=slots,
         host=host,
         port=port,
-        context_size=context_size or selected_context,
-        threads=n_threads,
-        artifact_path=found[0],
-        projector_path=found[1] if len(found) > 1 else None,
-        on_listening=listening,
-        serving=serving,
         llama_root=llama_root,
-        batching=batching,
     )
+    run(options, on_listening=listening)
 
 
 @click.command("fetch")
@@ -172,7 +148,7 @@ def fetch_cmd(model: str, engine: str | None, record: bool, as_json: bool) -> No
 
     manifest = load_manifest(model)
     if engine is None and len({e.artifact for e in manifest.engines}) > 1:
-        engine, *_ = _choose_engine(manifest, _probe(), None)
+        engine = _choose_engine(manifest, _probe(), None).engine
     artifact = engine_artifact(manifest, engine)
     progress = None if as_json else tqdm_progress
     command = f"snapbuild fetch {shlex.quote(model)}" + (

@@ -1,0 +1,154 @@
+"""One-way layers: a package imports only the packages below it, never one above.
+
+The order, bottom first, is :data:`LAYERS`, here and nowhere else: ``snapcommon`` (errors, the
+kebab-case model) imports nothing of ours; ``hwprobe`` states machine facts; ``runtimes`` runs
+models; ``snapbuild`` is the toolkit (selector, builder, CLI); ``snaps`` is what runs inside a
+snap. Every import statement counts wherever it stands: at the top, inside a function (a lazy
+import is still a dependency, only a later one), and under ``if TYPE_CHECKING:`` (an annotation
+that names an upper layer still ties the lower one to it: mypy follows it and a reader must know
+that layer to read the code). ``importlib.import_module`` with a literal name counts too; names
+computed at run time (the runtime catalog's adapters) are data, not checked here.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS = ("snapcommon", "hwprobe", "runtimes", "snapbuild", "snaps")  # bottom first
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One import that points up: where it is, who imports, what."""
+
+    path: str  # relative to the tree's root, with / separators
+    line: int
+    importer: str  # the importing module
+    imported: str  # the module it names
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.importer} imports {self.imported} (a higher layer)"
+
+
+def module_name(root: Path, path: Path) -> str:
+    """``snapbuild/build/render.py`` -> ``snapbuild.build.render`` (packages: their name)."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The absolute module a (possibly relative) ``from ... import`` names."""
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def imported_modules(tree: ast.AST, module: str, is_package: bool) -> Iterator[tuple[int, str]]:
+    """(line, module) for every import anywhere in ``tree``: top level, functions, classes,
+    ``if TYPE_CHECKING:`` blocks, and ``importlib.import_module("literal")`` calls."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            yield node.lineno, _absolute(node, module, is_package)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute | ast.Name)
+            and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id)
+            in ("import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            yield node.lineno, node.args[0].value
+
+
+def violations(root: Path, layers: Sequence[str]) -> list[Violation]:
+    """Every import in the ``layers`` packages under ``root`` of a package later in
+    ``layers``, in file and line order."""
+    rank = {name: i for i, name in enumerate(layers)}
+    found = []
+    for package in layers:
+        for path in sorted((root / package).rglob("*.py")):
+            module = module_name(root, path)
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            for line, imported in imported_modules(tree, module, path.name == "__init__.py"):
+                top = imported.split(".")[0]
+                if rank.get(top, -1) > rank[package]:
+                    rel = path.relative_to(root).as_posix()
+                    found.append(Violation(rel, line, module, imported))
+    return sorted(found, key=lambda v: (v.path, v.line, v.imported))
+
+
+def test_every_import_points_down() -> None:
+    upward = [str(v) for v in violations(ROOT, LAYERS)]
+    assert upward == [], "imports that point up:\n" + "\n".join(upward)
+
+
+def test_the_walk_sees_every_module_of_every_layer() -> None:
+    for package in LAYERS:
+        assert (ROOT / package / "__init__.py").is_file(), package
+    modules = {module_name(ROOT, p) for package in LAYERS for p in (ROOT / package).rglob("*.py")}
+    assert {"snapcommon.errors", "hwprobe.summary", "runtimes.server", "snaps.daemon"} <= modules
+    assert "snapbuild.build" in modules  # a package's __init__ is the package itself
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+def test_the_checker_finds_each_kind_of_upward_import(tmp_path: Path) -> None:
+    """A synthetic tree: ``low`` below ``high``; each way of importing up is reported once, at
+    its file and line, and imports that point down or sideways are not."""
+    _write(
+        tmp_path,
+        {
+            "low/__init__.py": "from . import facts\n",
+            "low/facts.py": "import os\nimport low.other\nfrom low import other\n",
+            "low/other.py": (
+                "from __future__ import annotations\n"
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n"
+                "    from high.api import Thing\n"
+                "def lazy():\n"
+                "    import high\n"
+                "    return high\n"
+                "class Holder:\n"
+                "    def method(self):\n"
+                "        from high.api import make\n"
+                "def dynamic():\n"
+                "    import importlib\n"
+                "    return importlib.import_module('high.api')\n"
+            ),
+            "low/sub/__init__.py": "from .. import facts\nfrom ..facts import os\n",
+            "high/__init__.py": "import low\n",
+            "high/api.py": "from low.facts import os\nfrom . import __name__ as n\n",
+        },
+    )
+    found = violations(tmp_path, ("low", "high"))
+    assert [str(v) for v in found] == [
+        "low/other.py:4: low.other imports high.api (a higher layer)",
+        "low/other.py:6: low.other imports high (a higher layer)",
+        "low/other.py:10: low.other imports high.api (a higher layer)",
+        "low/other.py:13: low.other imports high.api (a higher layer)",
+    ]
+    assert violations(tmp_path, ("high", "low"))[0] == Violation(
+        "high/__init__.py", 1, "high", "low"
+    )
+
+
+def test_relative_imports_resolve_to_their_package(tmp_path: Path) -> None:
+    _write(tmp_path, {"low/sub/__init__.py": "", "low/sub/mod.py": "from ...high import x\n"})
+    tree = ast.parse((tmp_path / "low/sub/mod.py").read_text())
+    assert list(imported_modules(tree, "low.sub.mod", False)) == [(1, "high")]
+    package = ast.parse("from . import a\nfrom .b import c\n")
+    assert list(imported_modules(package, "low.sub", True)) == [(1, "low.sub"), (2, "low.sub.b")]
