@@ -3,13 +3,7 @@
 from __future__ import annotations
 
 from hwprobe.profile import CpuFacts, GpuFacts, HostProfile, NpuFacts
-
-GIB = 1024**3
-
-
-def size(value: int | None) -> str:
-    """Bytes as GiB with one decimal, "unknown" for None."""
-    return "unknown" if value is None else f"{value / GIB:.1f} GiB"
+from snapcommon.sizes import gib as size
 
 
 def _cpu_line(cpu: CpuFacts) -> str:

@@ -41,6 +41,7 @@ from snapbuild.manifest import Condition, Engine, GpuRequirement, Manifest
 from snapbuild.serving import plan
 from snapbuild.vision import missing_inputs, projector_bytes, vision_compute_bytes
 from snapcommon.errors import UsageError
+from snapcommon.sizes import memory as gib
 
 PRECEDENCE: tuple[str, ...] = (
     "serves every input the model takes (a vision model: images too) before text only",
@@ -52,8 +53,6 @@ PRECEDENCE: tuple[str, ...] = (
     "uncapped decode tokens/s (e.g. CUDA before Vulkan on one GPU)",
     "manifest order",
 )
-
-GIB = 1024**3
 
 ACCEL_LABELS = {
     "gpu-discrete": "discrete GPU",
@@ -67,13 +66,6 @@ ACCEL_LABELS = {
 def hardware_table() -> dict[str, Any]:
     """``snapbuild/data/hardware.yaml``."""
     return _data("hardware.yaml")
-
-
-def gib(n: int | float) -> str:
-    """Bytes as GiB with one decimal (MiB below 1 GiB), the units people compare memory in."""
-    if n < GIB:
-        return f"{n / 1024**2:.0f} MiB"
-    return f"{n / GIB:.1f} GiB"
 
 
 # --------------------------------------------------------------------------- verdicts

@@ -19,6 +19,7 @@ import click
 from snapbuild.cli import run_cli
 from snapbuild.decision import Candidate, Decision, Serving
 from snapcommon.errors import UsageError
+from snapcommon.sizes import gib as _gib
 from snaps import config, hooks
 from snaps.live import live_lines, live_status
 from snaps.manager import (
@@ -293,10 +294,6 @@ def show_machine(as_json: bool) -> None:
         click.echo(f"warning: {warning.message}")
     for note in notes:
         click.echo(f"note: {note}")
-
-
-def _gib(value: int | None) -> str:
-    return "unknown" if value is None else f"{value / 2**30:.1f} GiB"
 
 
 # use-engine --------------------------------------------------------------------------------

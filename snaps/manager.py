@@ -18,6 +18,7 @@ from runtimes.catalog import load_catalog
 from snapbuild.decision import Candidate, Decision, Selected
 from snapbuild.manifest import Manifest
 from snapcommon.errors import SnapbuildError, UsageError
+from snapcommon.files import write_atomically as _atomic_write
 from snaps import config
 from snaps.env import HOST_PROFILE_VAR, HOST_ROOT_VAR, SnapEnv
 from snaps.snapctl import Snapctl
@@ -126,12 +127,6 @@ def load_snap_manifest(env: SnapEnv) -> Manifest:
             resolution="Rebuild the snap with `snapbuild make`, which packs it.",
         )
     return load_manifest(str(env.manifest_path))
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 # probing and selecting -----------------------------------------------------------------------

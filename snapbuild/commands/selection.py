@@ -12,8 +12,9 @@ from hwprobe.profile import HostProfile, error_message
 from snapbuild.decision import Candidate, Decision
 from snapbuild.manifest import Manifest
 from snapbuild.manifest_loader import load_manifest, manifest_schema
-from snapbuild.selector import gib, select
+from snapbuild.selector import select
 from snapcommon.errors import NoEngineError, SnapbuildError, UsageError
+from snapcommon.sizes import memory as gib
 
 
 def load_host(host_root: str | None, host_file: str | None) -> HostProfile:
