@@ -21,7 +21,6 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.constructor import RoundTripConstructor
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.scalarbool import ScalarBoolean
-from ruamel.yaml.util import load_yaml_guess_indent
 
 Loc = tuple[str | int, ...]
 
@@ -30,6 +29,7 @@ __all__ = [
     "Loc",
     "YAMLError",
     "dump",
+    "layout",
     "field_name",
     "line_of",
     "load",
@@ -54,22 +54,21 @@ class _KeepFirst(RoundTripConstructor):
 
 @dataclass
 class Document:
-    """A loaded YAML document: the round-trip tree (positions, comments) and its layout."""
+    """A loaded YAML document: the round-trip tree (positions, comments) and the text it came
+    from, with the keys that appeared twice (where, and the line of the second one)."""
 
     tree: Any
-    indent: int = 2
-    sequence_offset: int = 2
-    crlf: bool = False
-    duplicates: list[tuple[Loc, int]] = field(default_factory=list)  # (where, line of the 2nd)
+    text: str
+    duplicates: list[tuple[Loc, int]] = field(default_factory=list)
 
 
-def _yaml(indent: int = 2, offset: int = 2) -> YAML:
+def _yaml(mapping: int = 2, offset: int = 2) -> YAML:
     yaml = YAML(typ="rt")
     yaml.Constructor = _KeepFirst
     yaml.version = (1, 1)  # yes/no/on/off are booleans, as PyYAML (and snapcraft) read them
     yaml.preserve_quotes = True
     yaml.width = 1 << 16  # never fold a long line
-    yaml.indent(mapping=indent, sequence=indent + offset, offset=offset)
+    yaml.indent(mapping=mapping, sequence=offset + 2, offset=offset)
     return yaml
 
 
@@ -79,19 +78,39 @@ def load(text: str) -> Document:
     constructor = yaml.constructor
     assert isinstance(constructor, _KeepFirst)
     constructor.duplicates = []
-    tree, indent, offset = load_yaml_guess_indent(text, yaml=yaml)
+    tree = yaml.load(text.replace("\r\n", "\n"))  # ruamel would keep "\r" in comments
     duplicates = [
         (_path_of(tree, mapping) + (key,), line) for mapping, key, line in constructor.duplicates
     ]
-    return Document(tree, indent or 2, 2 if offset is None else offset, "\r\n" in text, duplicates)
+    return Document(tree, text, duplicates)
 
 
-def dump(document: Document) -> str:
-    """The document as text, laid out as it was read (indentation, quotes, line endings)."""
+_DIRECTIVE = "%YAML 1.1\n---\n"  # what a 1.1 dumper writes first; the files never had it
+
+# (mapping indent, sequence dash offset): "key:\n  sub:" and "key:\n  - item" first
+_LAYOUTS = [(m, o) for m in (2, 4, 3) for o in (2, 0, 4)]
+
+
+def _dumped(tree: Any, layout: tuple[int, int], crlf: bool) -> str:
     stream = io.StringIO()
-    _yaml(document.indent, document.sequence_offset).dump(document.tree, stream)
-    text = stream.getvalue()
-    return text.replace("\n", "\r\n") if document.crlf else text
+    _yaml(*layout).dump(tree, stream)
+    text = stream.getvalue().removeprefix(_DIRECTIVE)
+    return text.replace("\n", "\r\n") if crlf else text
+
+
+def layout(document: Document) -> tuple[int, int] | None:
+    """The indentation that dumps the document back to its exact text, or None when ruamel
+    cannot reproduce it (then an edit would reformat the file). Call before editing."""
+    crlf = "\r\n" in document.text
+    return next(
+        (lay for lay in _LAYOUTS if _dumped(document.tree, lay, crlf) == document.text), None
+    )
+
+
+def dump(document: Document, lay: tuple[int, int]) -> str:
+    """The (edited) document as text, in ``lay`` (from :func:`layout`) and the text's line
+    endings."""
+    return _dumped(document.tree, lay, "\r\n" in document.text)
 
 
 def _children(node: Any) -> Iterator[tuple[str | int, Any]]:
