@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from hwprobe.load import load_host
 from hwprobe.profile import HostProfile
 from runtimes.catalog import load_catalog
 from snapbuild.decision import Candidate, Decision, Selected
@@ -149,12 +149,7 @@ def probe_host(ctx: Context) -> tuple[HostProfile, list[str], bool]:
 
 
 def _probe() -> HostProfile:
-    profile_file = os.environ.get(HOST_PROFILE_VAR)
-    if profile_file:
-        return HostProfile.from_json(Path(profile_file).read_text(encoding="utf-8"))
-    from hwprobe import probe
-
-    return probe(os.environ.get(HOST_ROOT_VAR) or "/")
+    return load_host(profile=os.environ.get(HOST_PROFILE_VAR), root=os.environ.get(HOST_ROOT_VAR))
 
 
 def device_of(manifest: Manifest, engine: str) -> str:
