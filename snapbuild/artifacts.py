@@ -211,14 +211,19 @@ def too_big(label: str, url: str, got: int, limit: int) -> FetchError:
     )
 
 
+def incomplete(label: str, got: int, total: int, url: str, part: Path) -> FetchError:
+    """A download that stopped short: the ``.part`` stays for the next run to resume."""
+    return FetchError(
+        f"the download of {label} is incomplete: {got} of {total} bytes",
+        details=f"from {url}; the partial file {part} is kept",
+        resolution="run the same command again; it resumes where it stopped",
+    )
+
+
 def _verify(part: Path, *, size: int, sha256: str, label: str, url: str) -> None:
     got = part.stat().st_size
     if got < size:
-        raise FetchError(
-            f"the download of {label} is incomplete: {got} of {size} bytes",
-            details=f"from {url}; the partial file {part} is kept",
-            resolution="run the same command again; it resumes where it stopped",
-        )
+        raise incomplete(label, got, size, url, part)
     if got > size:
         part.unlink()
         raise FetchError(

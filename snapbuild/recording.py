@@ -19,6 +19,7 @@ from snapbuild.artifacts import (
     artifact_dir,
     download,
     fetch_file,
+    incomplete,
     local_file,
     too_big,
     tqdm_progress,
@@ -118,11 +119,7 @@ def _record_file(
     )
     size = part.stat().st_size
     if announced is not None and size != announced:
-        raise FetchError(
-            f"the download of {label} is incomplete: {size} of {announced} bytes",
-            details=f"from {file.url}; the partial file {part} is kept",
-            resolution="run the same command again; it resumes where it stopped",
-        )
+        raise incomplete(label, size, announced, file.url, part)
     if size > STORE_COMPONENT_LIMIT:
         raise too_big(label, file.url, size, STORE_COMPONENT_LIMIT)
     if size == 0:
