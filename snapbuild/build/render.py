@@ -35,7 +35,7 @@ MARKER = ".snapbuild-output.json"
 HOOKS = ("install", "post-refresh", "configure")
 SOURCE_DIR = "snapbuild-src"
 # What the python part needs to install this project: its packages and build metadata.
-_SOURCE_ITEMS = (
+SOURCE_ITEMS = (
     "pyproject.toml",
     "README.md",
     "LICENSE",
@@ -297,7 +297,7 @@ def vendor_source(project_root: Path, out: Path) -> None:
             resolution="pass --source with a git URL or path of the snapbuild source",
         )
     dest = out / SOURCE_DIR
-    for item in _SOURCE_ITEMS:
+    for item in SOURCE_ITEMS:
         src = project_root / item
         if src.is_dir():
             shutil.copytree(src, dest / item, ignore=_IGNORE, dirs_exist_ok=True)
