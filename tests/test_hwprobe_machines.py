@@ -1,8 +1,8 @@
 """Every shared real machine replayed: the complete CPU, GPU, NPU and display lists.
 
 Case names say what each machine should produce. The full profile is also compared with the
-golden ``tests/data/machines/<name>/expected.json`` (regenerate with SNAPBUILD_UPDATE_GOLDEN=1 after a
-reviewed change).
+golden ``tests/data/machines/<name>/expected.json`` (regenerate with SNAPBUILD_UPDATE_GOLDEN=1
+after a reviewed change).
 """
 
 from __future__ import annotations
