@@ -105,7 +105,7 @@ def tqdm_progress(label: str, total: int, initial: int, stream: IO[str] | None =
     )
 
 
-def _announced_total(response: Any, have: int) -> int | None:
+def _announced_total(response: Any) -> int | None:
     """The whole file's size as the server states it (Content-Range of a 206, else the
     Content-Length of an unencoded 200), or None when it does not say."""
     if response.status_code == 206:
@@ -173,7 +173,7 @@ def download(
                 details=f"from {url}",
                 resolution="check the URL in the manifest, or run again later",
             )
-        announced = _announced_total(response, have)
+        announced = _announced_total(response)
         cap = size if size is not None else limit
         if size is None and limit is not None and announced is not None and announced > limit:
             raise too_big(label, url, announced, limit)

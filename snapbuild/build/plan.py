@@ -122,7 +122,7 @@ def plan_build(
     arches = _architectures(manifest, architectures)
     runtimes = {e.name: _runtime(catalog, e) for e in manifest.engines}
     chosen = _by_engines(manifest, engines)
-    chosen = _by_variant(manifest, catalog, variant, chosen, runtimes, explicit=bool(engines))
+    chosen = _by_variant(catalog, variant, chosen, runtimes, explicit=bool(engines))
     kept, left_out = _by_architecture(chosen, runtimes, arches, explicit=bool(engines))
     if not kept:
         raise UsageError(
@@ -184,7 +184,6 @@ def _by_engines(manifest: Manifest, names: Sequence[str]) -> list[Engine]:
 
 
 def _by_variant(
-    manifest: Manifest,
     catalog: RuntimeCatalog,
     name: str | None,
     engines: list[Engine],
