@@ -74,11 +74,6 @@ def locate(manifest: Manifest, artifact: Artifact) -> Path | None:
     return None  # files split between a package and the cache: not a usable directory
 
 
-def missing_files(manifest: Manifest, artifact: Artifact) -> list[ArtifactFile]:
-    """The artifact's files that are not available locally."""
-    return [f for f in artifact.files if _located(manifest, artifact, f) is None]
-
-
 @dataclass(frozen=True)
 class FetchResult:
     """What ``fetch`` did for one file."""
