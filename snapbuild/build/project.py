@@ -16,7 +16,8 @@ from typing import Any
 import yaml
 
 from runtimes.catalog import NativeBuild, PythonBuild, RuntimeCatalog
-from snapbuild.build.plan import BuildPlan, ComponentPlan, Piece, download_name
+from snapbuild.build.packing import ComponentPlan, Piece, download_name
+from snapbuild.build.plan import BuildPlan
 from snapbuild.manifest import Manifest
 from snapbuild.paths import templates_dir
 from snapbuild.spdx import license_problem
