@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from snapcommon.errors import UsageError
+from snapcommon.errors import UsageError, optional_module
 
 GGUF_MAGIC = b"GGUF"
 TOKENS_KEY = "tokenizer.ggml.tokens"
@@ -41,12 +41,7 @@ class GgufFile:
     @classmethod
     def open(cls, path: Path) -> GgufFile:
         """Open ``path``; :class:`UsageError` says what is wrong when it is no GGUF."""
-        try:
-            from gguf import GGUFReader
-        except ImportError as exc:  # pragma: no cover - gguf ships with snapbuild's extras
-            raise UsageError(
-                "reading GGUF files needs the gguf package", resolution="pip install gguf"
-            ) from exc
+        gguf = optional_module("gguf", "reading GGUF files")
         try:
             head = _first_bytes(path)
         except FileNotFoundError:
@@ -65,7 +60,7 @@ class GgufFile:
                 "writes one)",
             )
         try:
-            return cls(path, GGUFReader(str(path), "r"))
+            return cls(path, gguf.GGUFReader(str(path), "r"))
         except Exception as exc:
             raise UsageError(
                 f"{path} is not a readable GGUF file",
