@@ -2,11 +2,12 @@
 
 Continuous batching (OpenVINO GenAI) keeps one paged KV cache for every sequence it decodes, so
 the number of sequences is a memory question, answered the way the context size is: the
-selector first fits one sequence at the largest context it can (:func:`snapbuild.selector._fit`),
-then the memory still free holds more full-context KV caches, one per extra sequence, up to the
-runtime's useful maximum. Planning the cache for full-context sequences means a request the
-server admitted never runs out of KV blocks mid-answer. The per-runtime rules (mode, limits,
-why a device cannot batch) are data: ``snapbuild/data/batching.yaml``.
+selector first fits one sequence at the largest context it can
+(:func:`snapbuild.selection.memory_fit.fit_memory`), then the memory still free holds more
+full-context KV caches, one per extra sequence, up to the runtime's useful maximum. Planning the
+cache for full-context sequences means a request the server admitted never runs out of KV blocks
+mid-answer. The per-runtime rules (mode, limits, why a device cannot batch) are data:
+``snapbuild/data/batching.yaml``.
 """
 
 from __future__ import annotations

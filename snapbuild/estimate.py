@@ -14,12 +14,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from functools import cache
-from importlib import resources
 from typing import Any
 
-import yaml
 from pydantic import Field
 
+from snapbuild.estimate_tables import (
+    FamilyConstants,
+    VocabularyRule,
+    estimate_table,
+    quantizations,
+    read_data,
+)
 from snapbuild.manifest import ModelFacts
 from snapcommon.model import KebabModel
 
@@ -28,16 +33,14 @@ Family = str  # "llama.cpp", "openvino", "onnxruntime"
 
 @cache
 def _data(name: str) -> dict[str, Any]:
-    text = resources.files("snapbuild").joinpath("data", name).read_text(encoding="utf-8")
-    loaded: dict[str, Any] = yaml.safe_load(text)
+    loaded: dict[str, Any] = read_data(name)
     return loaded
 
 
 @cache
 def quantization_table() -> dict[str, float]:
     """Quantization name -> bits per weight (``snapbuild/data/quantization.yaml``)."""
-    table = _data("quantization.yaml")["quantizations"]
-    return {name: float(entry["bits"]) for name, entry in table.items()}
+    return {name: entry.bits for name, entry in quantizations().items()}
 
 
 def quantization_bits(name: str) -> float:
@@ -47,13 +50,19 @@ def quantization_bits(name: str) -> float:
 
 def headroom_fraction() -> float:
     """The safety margin the selector adds on top of an estimate."""
-    return float(_data("estimate.yaml")["headroom-fraction"])
+    return estimate_table().headroom_fraction
 
 
-def family_constants(family: Family) -> dict[str, Any]:
-    """The calibrated constants of one runtime family."""
-    families: dict[str, Any] = _data("estimate.yaml")["families"]
-    return dict(families.get(family) or families["llama.cpp"])
+def family_constants(family: Family) -> FamilyConstants:
+    """The calibrated constants of one runtime family (llama.cpp's for an unknown one)."""
+    families = estimate_table().families
+    return families.get(family) or families["llama.cpp"]
+
+
+def _vocabulary() -> VocabularyRule:
+    rule = family_constants("llama.cpp").vocabulary
+    assert rule is not None  # EstimateTable checks it
+    return rule
 
 
 class ModelShape(KebabModel):
@@ -120,7 +129,7 @@ def shape_from_facts(facts: ModelFacts, weights: int) -> ModelShape | None:
 
 def padded_context(context_size: int, family: Family) -> int:
     """The context the runtime really allocates (llama.cpp pads it)."""
-    pad = int(family_constants(family)["context-padding"])
+    pad = family_constants(family).context_padding
     return math.ceil(context_size / pad) * pad
 
 
@@ -131,15 +140,15 @@ def kv_cache_bytes(shape: ModelShape, context_size: int, family: Family = "llama
 
         return kv_bytes(shape, context_size, LlamaRun())
     consts = family_constants(family)
-    per_elem = float(consts["kv-bytes-per-element"])
+    per_elem = consts.kv_bytes_per_element
     if per_elem == 0 or shape.kind == "embeddings":
         return 0
     ctx = padded_context(context_size, family)
     swa = min(shape.sliding_window_layers, shape.layers) if shape.sliding_window else 0
     window_ctx = ctx
     if swa and shape.sliding_window:
-        pad = int(consts["context-padding"])
-        window_ctx = min(ctx, math.ceil((shape.sliding_window + int(consts["ubatch"])) / pad) * pad)
+        pad = consts.context_padding
+        window_ctx = min(ctx, math.ceil((shape.sliding_window + consts.ubatch) / pad) * pad)
     per_token_layer = shape.kv_heads * (shape.key_size + shape.value_size) * per_elem
     cells = (shape.layers - swa) * ctx + swa * window_ctx
     return int(per_token_layer * cells)
@@ -157,16 +166,16 @@ def compute_bytes(
         run = LlamaRun()
         return compute_peak(shape, context_size, run) if peak else compute_steady(shape, run)
     consts = family_constants(family)
-    c = consts["compute"]
-    total = float(c["vocab-bytes-per-token"]) * (shape.vocab_size or 0)
+    c = consts.compute
+    total = c.vocab_bytes_per_token * (shape.vocab_size or 0)
     if not peak:
         return int(total)
-    ubatch = int(consts["ubatch"])
+    ubatch = consts.ubatch
     ctx = padded_context(context_size, family)
     embd = shape.embedding_size or shape.attention_heads * shape.key_size
     ff = shape.feed_forward_size or 4 * embd
-    total += ubatch * (embd * float(c["peak-activation-bytes-per-embd"]))
-    total += ubatch * (ff * float(c["peak-activation-bytes-per-ff"]))
+    total += ubatch * (embd * c.peak_activation_bytes_per_embd)
+    total += ubatch * (ff * c.peak_activation_bytes_per_ff)
     # queries x keys per head: a decoder's batch attends to the whole context; an encoder's
     # sentences attend to themselves
     queries = ctx if shape.kind == "embeddings" else ubatch
@@ -174,7 +183,7 @@ def compute_bytes(
         queries
         * ctx
         * shape.attention_heads
-        * float(c["peak-score-bytes"])
+        * c.peak_score_bytes
         * (ubatch if shape.kind == "embeddings" else 1)
     )
     return int(total)
@@ -203,22 +212,21 @@ def host_overhead(shape: ModelShape | None, family: Family = "llama.cpp") -> int
     llama.cpp, the vocabulary tables (``vocabulary`` in the data: per token, per BPE merge and
     the heap copies of long token texts)."""
     consts = family_constants(family)
-    fixed = int(consts["overhead"])
-    rule = consts.get("vocabulary")
-    if shape is None or not rule or not shape.vocab_size:
+    fixed = consts.overhead
+    rule = consts.vocabulary
+    if shape is None or rule is None or not shape.vocab_size:
         return fixed
     tokens = shape.vocab_size
     merges = tokens if shape.vocab_merges is None else shape.vocab_merges
-    tables = int(rule["bytes-per-token"]) * tokens + int(rule["bytes-per-merge"]) * merges
-    return fixed + tables + int(rule["long-string-copies"]) * shape.vocab_heap_bytes
+    tables = rule.bytes_per_token * tokens + rule.bytes_per_merge * merges
+    return fixed + tables + rule.long_string_copies * shape.vocab_heap_bytes
 
 
 def token_heap_bytes(lengths: Iterable[int]) -> int:
     """malloc'ed bytes of one copy of these token texts: those longer than std::string's inline
     buffer take a glibc chunk of length + 1 + header, rounded up (``vocabulary`` in the data)."""
-    rule = family_constants("llama.cpp")["vocabulary"]
-    inline, header = int(rule["inline-string-chars"]), int(rule["malloc-header"])
-    align = int(rule["malloc-align"])
+    rule = _vocabulary()
+    inline, header, align = rule.inline_string_chars, rule.malloc_header, rule.malloc_align
     return sum(math.ceil((n + 1 + header) / align) * align for n in lengths if n > inline)
 
 

@@ -21,13 +21,13 @@ import yaml
 
 from runtimes.catalog import RuntimeEntry, load_catalog
 from snapbuild.inspect_gguf import FileFacts, is_gguf, read_gguf_facts
+from snapbuild.selection.hardware import vendor_name
 from snapbuild.spdx import license_problem, spdx_id
 from snapcommon.errors import UsageError
 from snapcommon.files import sha256_of
 
 # files exported models keep beside their weights that the runtimes read
 COMPANIONS = ("tokenizer.json", "tokenizer_config.json", "config.json", "special_tokens_map.json")
-VENDORS = {"nvidia": "NVIDIA", "amd": "AMD", "intel": "Intel"}
 REVIEW = "REVIEW"
 
 
@@ -246,7 +246,7 @@ def _summary(entry: RuntimeEntry, quant: str) -> str:
     if entry.device == "cpu":
         where = "the CPU"
     else:
-        names = [VENDORS.get(v, v) for v in entry.vendors]
+        names = [vendor_name(v) for v in entry.vendors]
         listed = ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
         where = f"an {listed} {entry.device.upper()}"  # AMD, Intel, NVIDIA: all read "an"
     return f"{entry.family} on {where} ({entry.id}), {quant}"

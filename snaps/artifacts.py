@@ -3,7 +3,7 @@
 The Store caps a component at 5 GB, so the builder ships big weights in pieces and writes
 ``$SNAP/snapbuild/components.yaml`` saying which components an engine needs and, per artifact
 file, either the component holding it or the ordered pieces to join (with the whole file's
-sha256). An artifact therefore lives in one of three layouts:
+sha256); :mod:`snapbuild.engine_data` reads it. An artifact therefore lives in one of three layouts:
 
 - **plain**: every file whole in the artifact's one component (the model is read in place);
 - **joined**: some files stored as ``<file>.part-NN`` pieces, concatenated at install time into
@@ -27,12 +27,18 @@ import os
 import re
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from snapbuild.engine_data import (
+    ENGINE_DATA_FILE,
+    ArtifactLayout,
+    FileLayout,
+    PieceRef,
+    artifact_layout,
+    packed_components,
+    read_engine_data,
+)
 from snapbuild.manifest import Manifest
 from snapcommon.errors import EXIT_NO_ENGINE, SnapbuildError
 from snapcommon.files import write_atomically
@@ -48,99 +54,19 @@ class ArtifactError(SnapbuildError):
     """The weights are not where they should be, or could not be put back together."""
 
 
-@dataclass(frozen=True)
-class PieceRef:
-    """One stored piece of a joined file."""
-
-    component: str
-    path: str
-
-
-@dataclass(frozen=True)
-class FileLayout:
-    """One artifact file: whole in ``component``, or joined from ``pieces``."""
-
-    path: str
-    component: str | None = None
-    pieces: tuple[PieceRef, ...] = ()
-    sha256: str | None = None
-    size: int = 0
-
-    @property
-    def joined(self) -> bool:
-        return bool(self.pieces)
-
-
-@dataclass(frozen=True)
-class ArtifactLayout:
-    """How one artifact is stored in the snap."""
-
-    name: str
-    format: str
-    components: tuple[str, ...]
-    files: tuple[FileLayout, ...]
-
-    @property
-    def assembled(self) -> bool:
-        """Whether the model is loaded from ``$SNAP_COMMON/artifacts`` (joined or gathered)."""
-        return any(f.joined for f in self.files) or len(self.components) > 1
-
-
 def engine_data_path(env: SnapEnv) -> Path:
     """The builder's install-time engine data, packed next to the manifest."""
-    return env.snap / "snapbuild" / "components.yaml"
-
-
-def _engine_data(env: SnapEnv) -> dict[str, Any] | None:
-    path = engine_data_path(env)
-    if not path.is_file():
-        return None
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    if not isinstance(data, dict) or data.get("schema-version") != 1:
-        raise ArtifactError(
-            f"{path} is not engine data this snap understands",
-            details="expected a mapping with schema-version: 1",
-            resolution="Rebuild the snap with `snapbuild make`, which writes it.",
-        )
-    return data
+    return env.snap / "snapbuild" / ENGINE_DATA_FILE
 
 
 def engine_components(env: SnapEnv, manifest: Manifest, engine: str) -> list[str] | None:
     """The components ``engine`` needs as the builder packed them (None without engine data)."""
-    data = _engine_data(env)
-    if data is None:
-        return None
-    entry = (data.get("engines") or {}).get(engine)
-    return None if entry is None else [str(c) for c in entry["components"]]
+    return packed_components(read_engine_data(engine_data_path(env)), engine)
 
 
 def layout(env: SnapEnv, manifest: Manifest, artifact: str) -> ArtifactLayout:
-    """How ``artifact`` is stored; without engine data, whole in the component of its name."""
-    fmt = manifest.artifact(artifact).format
-    data = _engine_data(env)
-    entry = (data.get("artifacts") or {}).get(artifact) if data else None
-    if entry is None:
-        files = manifest.artifact(artifact).files
-        return ArtifactLayout(
-            artifact, fmt, (artifact,), tuple(FileLayout(f.path, artifact) for f in files)
-        )
-    return ArtifactLayout(
-        name=artifact,
-        format=fmt,
-        components=tuple(entry["components"]),
-        files=tuple(_file_layout(f) for f in entry["files"]),
-    )
-
-
-def _file_layout(entry: dict[str, Any]) -> FileLayout:
-    if "pieces" not in entry:
-        return FileLayout(path=entry["path"], component=entry["component"])
-    return FileLayout(
-        path=entry["path"],
-        pieces=tuple(PieceRef(p["component"], p["path"]) for p in entry["pieces"]),
-        sha256=entry["sha256"],
-        size=int(entry["size"]),
-    )
+    """How ``artifact`` is stored in this snap (:func:`snapbuild.engine_data.artifact_layout`)."""
+    return artifact_layout(read_engine_data(engine_data_path(env)), manifest, artifact)
 
 
 def artifacts_root(env: SnapEnv) -> Path:

@@ -138,19 +138,6 @@ def converse(
         history.append({"role": "assistant", "content": "".join(parts)})
 
 
-def ask_once(
-    url: str,
-    model: str,
-    prompt: str,
-    *,
-    max_tokens: int | None = None,
-    images: Sequence[Path] = (),
-) -> str:
-    """One message, the whole answer (used by `snapbuild try`)."""
-    message = user_message(prompt, images)
-    return "".join(stream_reply(url, model, [message], max_tokens=max_tokens))
-
-
 def run_chat(
     url: str, model: str, *, max_tokens: int | None = None, images: Sequence[Path] = ()
 ) -> None:

@@ -1,8 +1,8 @@
 """The `<snap>` command: the engine manager of an installed inference snap.
 
-Thin click commands over :mod:`snaps.manager` and :mod:`snaps.hooks`; every command that a
-program might read has ``--json``. The hidden ``hook`` and ``daemon`` subcommands are what the
-snap's hook scripts and server app run. Errors print once through
+Thin click commands over :mod:`snaps.manager`, :mod:`snaps.hooks` and :mod:`snaps.status`;
+every command that a program might read has ``--json``. The hidden ``hook`` and ``daemon``
+subcommands are what the snap's hook scripts and server app run. Errors print once through
 :func:`snapbuild.cli.run_cli`: brief, details, fix, exit code; never a traceback.
 """
 
@@ -17,11 +17,11 @@ from typing import Any
 import click
 
 from snapbuild.cli import run_cli
-from snapbuild.decision import Candidate, Decision, Serving
+from snapbuild.decision import Decision
+from snapbuild.engine_rows import engine_rows
 from snapcommon.errors import UsageError
 from snapcommon.sizes import gib as _gib
 from snaps import config, hooks
-from snaps.live import live_lines, live_status
 from snaps.manager import (
     Context,
     State,
@@ -31,6 +31,7 @@ from snaps.manager import (
     probe_host,
     select,
 )
+from snaps.status import status_data, status_text
 
 JSON_OPT = click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
 
@@ -49,93 +50,6 @@ def cli() -> None:
 
 
 # status ------------------------------------------------------------------------------------
-def status_data(ctx: Context) -> dict[str, Any]:
-    """What `status` shows, as data."""
-    decision = ctx.decision()
-    state = ctx.state()
-    settings = ctx.settings(decision=decision)
-    service = ctx.snapctl.service(ctx.env.service)
-    selected = decision.selected if decision else None
-    from snaps.chat import base_url
-
-    return {
-        "snap": ctx.env.name,
-        "model": ctx.manifest.name,
-        "engine": selected.engine if selected else None,
-        "runtime": selected.runtime if selected else None,
-        "device": selected.device if selected else None,
-        "quantization": selected.quantization if selected else None,
-        "inputs": list(selected.inputs) if selected else None,
-        "forced": state.forced,
-        "service": {
-            "name": ctx.env.service,
-            "enabled": service.enabled,
-            "active": service.active,
-        },
-        "endpoint": base_url(settings.host, settings.port),
-        "context-size": settings.context_size,
-        "serving": selected.serving.to_data() if selected and selected.serving else None,
-        "live": live_status(settings.host, settings.port) if service.active else None,
-        "daemon": _daemon_note(ctx, service.active),
-        "problem": state.problem
-        if decision is not None
-        else f"no engine chosen yet: run `{ctx.env.name} use-engine --auto`",
-        "notes": state.notes,
-    }
-
-
-def _daemon_note(ctx: Context, active: bool) -> dict[str, str] | None:
-    """What the server is busy with (waiting for components, preparing, loading) or why it
-    failed; None while it serves or when it is simply stopped."""
-    path = ctx.env.daemon_status_path
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    phase = str(data.get("phase"))
-    if phase == "serving" or not (active or phase == "failed"):
-        return None
-    return {"phase": phase, "message": str(data.get("message"))}
-
-
-def _status_text(data: dict[str, Any]) -> str:
-    service = data["service"]
-    state = ("active" if service["active"] else "inactive") + (
-        ", enabled" if service["enabled"] else ", disabled"
-    )
-    engine = data["engine"] or "none"
-    if data["engine"]:
-        engine += f" ({data['runtime']} on {data['device']}, {data['quantization']})"
-        if data["forced"]:
-            engine += " [forced]"
-    lines = [
-        f"model:        {data['model']}",
-        f"engine:       {engine}",
-        f"service:      {service['name']} ({state})",
-        f"endpoint:     {data['endpoint']}",
-        f"context-size: {data['context-size']}",
-    ]
-    if data["inputs"]:
-        lines.insert(2, f"inputs:       {', '.join(data['inputs'])}")
-    if data["serving"]:
-        lines.append(f"serving:      {Serving.model_validate(data['serving']).summary()}")
-    if service["active"]:
-        lines.extend(live_lines(data["live"]))
-    if data["daemon"]:
-        lines.insert(3, f"server:       {data['daemon']['phase']}: {data['daemon']['message']}")
-    if data["engine"] and service["enabled"] and not service["active"]:
-        lines.append(
-            "The service is enabled but not running: stopped, still starting, or failed "
-            "(see the service log)."
-        )
-    if data["problem"]:
-        lines.append("")
-        lines.extend(data["problem"].splitlines())
-    for note in data["notes"]:
-        lines.append(f"note: {note}")
-    return "\n".join(lines)
-
-
 @cli.command()
 @JSON_OPT
 def status(as_json: bool) -> None:
@@ -144,60 +58,31 @@ def status(as_json: bool) -> None:
     if as_json:
         _emit(data)
     else:
-        click.echo(_status_text(data))
+        click.echo(status_text(data))
 
 
 # engines -----------------------------------------------------------------------------------
-def _fit(cand: Candidate) -> str:
-    mem = cand.memory
-    if mem is None or mem.available is None:
-        return "unknown"
-    return "yes" if mem.required <= mem.available else "no"
-
-
-def engine_rows(ctx: Context, decision: Decision) -> list[dict[str, Any]]:
-    """One row per engine of the snap, in manifest order."""
-    active = decision.selected.engine if decision.selected else None
-    rows = []
-    for engine in ctx.manifest.engines:
-        cand = decision.candidate(engine.name)
-        rows.append(
-            {
-                "engine": engine.name,
-                "runtime": engine.runtime,
-                "device": cand.device if cand else None,
-                "quantization": cand.quantization if cand else None,
-                "compatible": bool(cand and cand.compatible),
-                "fit": _fit(cand) if cand else "unknown",
-                "rank": cand.rank if cand else None,
-                "active": engine.name == active,
-                "summary": engine.summary,
-            }
-        )
-    return rows
-
-
 @cli.command()
 @JSON_OPT
 def engines(as_json: bool) -> None:
     """Every engine with runtime, device, quantization, compatibility, fit, rank; * = active."""
     ctx = Context.load()
-    rows = engine_rows(ctx, ctx.require_decision())
+    rows = engine_rows(ctx.require_decision(), ctx.manifest.engines)
     if as_json:
-        _emit(rows)
+        _emit([{**r.to_data(fit="verdict"), "summary": r.summary} for r in rows])
         return
     table = [("", "ENGINE", "RUNTIME", "DEVICE", "QUANT", "COMPATIBLE", "FIT", "RANK")]
     for r in rows:
         table.append(
             (
-                "*" if r["active"] else "",
-                r["engine"],
-                r["runtime"],
-                r["device"] or "-",
-                r["quantization"] or "-",
-                "yes" if r["compatible"] else "no",
-                r["fit"],
-                str(r["rank"]) if r["rank"] is not None else "-",
+                "*" if r.active else "",
+                r.engine,
+                r.runtime,
+                r.device or "-",
+                r.quantization or "-",
+                "yes" if r.compatible else "no",
+                r.fits,
+                str(r.rank) if r.rank is not None else "-",
             )
         )
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]

@@ -16,10 +16,6 @@ from snapcommon.errors import UsageError
 
 REQUIRED = ("SNAP", "SNAP_DATA", "SNAP_NAME")
 
-# Test and trial overrides the hooks honour (never set by snapd).
-HOST_ROOT_VAR = "SNAPBUILD_HOST_ROOT"  # probe this filesystem root instead of "/"
-HOST_PROFILE_VAR = "SNAPBUILD_HOST_PROFILE"  # a HostProfile JSON file to use instead of probing
-
 
 @dataclass(frozen=True)
 class SnapEnv:

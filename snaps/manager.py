@@ -8,19 +8,18 @@ hooks call these with no questions asked, the CLI asks first. Everything reads t
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from hwprobe.load import load_host
 from hwprobe.profile import HostProfile
+from hwprobe.replay import probe_from_environ
 from runtimes.catalog import load_catalog
 from snapbuild.decision import Candidate, Decision, Selected
 from snapbuild.manifest import Manifest
 from snapcommon.errors import SnapbuildError, UsageError
 from snapcommon.files import write_atomically as _atomic_write
 from snaps import config
-from snaps.env import HOST_PROFILE_VAR, HOST_ROOT_VAR, SnapEnv
+from snaps.env import SnapEnv
 from snaps.snapctl import Snapctl
 
 HARDWARE_PLUG = "hardware-observe"
@@ -138,7 +137,7 @@ def probe_host(ctx: Context) -> tuple[HostProfile, list[str], bool]:
     """
     notes: list[str] = []
     connected = ctx.snapctl.is_connected(HARDWARE_PLUG)
-    host = _probe()
+    host = probe_from_environ()
     if not connected:
         notes.append(
             f"the {HARDWARE_PLUG} interface is not connected, so GPUs and NPUs cannot be seen: "
@@ -146,10 +145,6 @@ def probe_host(ctx: Context) -> tuple[HostProfile, list[str], bool]:
             f"then `{ctx.env.name} use-engine --auto`."
         )
     return host, notes, not connected
-
-
-def _probe() -> HostProfile:
-    return load_host(profile=os.environ.get(HOST_PROFILE_VAR), root=os.environ.get(HOST_ROOT_VAR))
 
 
 def device_of(manifest: Manifest, engine: str) -> str:

@@ -1,8 +1,9 @@
 """Talking to snapd through the ``snapctl`` executable found on PATH.
 
 Inside a snap that is snapd's ``/usr/bin/snapctl``; in ``snapbuild try`` it is the file-backed
-stand-in (:mod:`snaps.snapctl_standin`) placed first on PATH. Either way this module runs the
-same commands with the same arguments, so the trial exercises the code path of a real install.
+stand-in (:mod:`snapbuild.trial.snapctl`, which is toolkit-only and never ships in a snap) placed
+first on PATH. Either way this module runs the same commands with the same arguments, so the
+trial exercises the code path of a real install.
 
 Mind snapd's timing: from a hook, ``install``/``remove`` of components and service
 ``start``/``stop``/``restart`` are queued and happen only after the hook has succeeded; outside

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,41 @@ def test_make_prints_summary_and_writes_project(capsys, tmp_path: Path) -> None:
     for package in ("snapcommon", "hwprobe", "snapbuild", "runtimes", "snaps"):
         assert (src / package / "__init__.py").is_file(), package
     assert not list(src.rglob("__pycache__"))
+
+
+def test_vendored_source_ships_the_snap_without_the_trial(capsys, tmp_path: Path) -> None:
+    """`snapbuild try`'s machinery and its snapctl stand-in stay out of the snap; every module
+    of the snap's own package is there and imports from the vendored copy alone."""
+    out_dir = tmp_path / "p"
+    code, _, err = _run(capsys, "make", TINY, "-o", str(out_dir))
+    assert (code, err) == (0, "")
+    src = out_dir / SOURCE_DIR
+    here = Path(__file__).resolve().parent.parent
+    assert (here / "snapbuild" / "trial" / "snapctl" / "services.py").is_file()  # the check bites
+    assert not (src / "snapbuild" / "trial").exists()
+    assert not [p for p in src.rglob("*") if "standin" in p.name or "trial" in p.parts]
+    own = sorted(p.name for p in (here / "snaps").glob("*.py"))
+    assert sorted(p.name for p in (src / "snaps").glob("*.py")) == own
+    assert (src / "snapbuild" / "engine_data.py").is_file()
+    probe = (
+        "import importlib, importlib.util, pkgutil, snaps\n"
+        "for m in pkgutil.iter_modules(snaps.__path__):\n"
+        "    importlib.import_module('snaps.' + m.name)\n"
+        "print(snaps.__file__)\n"
+        "print(importlib.util.find_spec('snapbuild.trial'))\n"
+    )
+    # -S: no .pth files, so this checkout's editable install cannot fill in a missing module
+    path = f"{src}:{sysconfig.get_paths()['purelib']}"
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", probe],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PYTHONPATH": path, "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [str(src / "snaps" / "__init__.py"), "None"]
 
 
 def test_make_json_summary(capsys, tmp_path: Path) -> None:

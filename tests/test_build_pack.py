@@ -24,7 +24,8 @@ from snapbuild.build.snapyaml import snap_yaml
 from snapbuild.builder import make
 from snapbuild.manifest_loader import load_manifest
 from snapbuild.paths import manifests_dir
-from snapbuild.trial import Trial, assemble_prime
+from snapbuild.trial.prime import assemble_prime
+from snapbuild.trial.sandbox import Trial
 
 SHIPPED = sorted(p.stem for p in manifests_dir().glob("*.yaml"))
 pytestmark = pytest.mark.skipif(

@@ -13,7 +13,7 @@ from support.new_models import write_chat_gguf
 from support.tiny_models import CHATML_TEMPLATE
 
 from snapbuild.cli import cli, run_cli
-from snapbuild.trial import run_trial
+from snapbuild.trial.run import run_trial
 
 SHIPPED = Path(__file__).resolve().parent.parent / "manifests" / "smollm2.yaml"
 MACHINES = Path(__file__).resolve().parent / "data" / "machines"

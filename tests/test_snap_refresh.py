@@ -20,7 +20,8 @@ import yaml
 
 from hwprobe import probe
 from snapbuild.builder import make
-from snapbuild.trial import Trial, assemble_prime, write_commands
+from snapbuild.trial.prime import assemble_prime, write_commands
+from snapbuild.trial.sandbox import Trial
 
 NAME = "refresh-demo"
 WEIGHTS = b"GGUF" + bytes(range(256)) * 16

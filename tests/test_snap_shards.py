@@ -25,7 +25,8 @@ from snapbuild.build import packing
 from snapbuild.builder import BuiltProject, make
 from snapbuild.manifest import Manifest
 from snapbuild.manifest_loader import load_manifest
-from snapbuild.trial import Trial, assemble_prime, write_commands
+from snapbuild.trial.prime import assemble_prime, write_commands
+from snapbuild.trial.sandbox import Trial
 from snaps.artifacts import ArtifactError, layout, model_path, ready, resolve
 from snaps.env import SnapEnv
 

@@ -49,7 +49,7 @@ def snap_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     bindir = tmp_path / "bin"
     bindir.mkdir()
     snapctl = bindir / "snapctl"
-    snapctl.write_text(f'#!/bin/sh\nexec {sys.executable} -m snaps.snapctl_standin "$@"\n')
+    snapctl.write_text(f'#!/bin/sh\nexec {sys.executable} -m snapbuild.trial.snapctl "$@"\n')
     snapctl.chmod(0o755)
     staged = tmp_path / "staged" / "weights"
     staged.mkdir(parents=True)
@@ -153,7 +153,7 @@ def test_is_connected_reads_connections(snap_env: Path) -> None:
 
 
 def test_expand_follows_shell_rules() -> None:
-    from snaps.snapctl_standin import expand
+    from snapbuild.trial.snapctl.services import expand
 
     env = {"SNAP": "/s", "LD_LIBRARY_PATH": "/x"}
     assert expand("${SNAP_LIBRARY_PATH}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}", env) == ":/x"

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from snapbuild.trial import prepare
-from snaps.snapctl_standin import should_restart
+from snapbuild.trial.run import prepare
+from snapbuild.trial.snapctl.supervisor import should_restart
 
 GB = 1000**3
 
@@ -55,7 +55,7 @@ def _snap(tmp_path: Path, script: str, **app: object) -> dict[str, str]:
 
 def _ctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "snaps.snapctl_standin", *args],
+        [sys.executable, "-m", "snapbuild.trial.snapctl", *args],
         capture_output=True,
         text=True,
         env=env,

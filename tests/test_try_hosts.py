@@ -12,7 +12,8 @@ import pytest
 import yaml
 from support.llama import needs_llama_server
 
-from snapbuild.trial import Trial, prepare
+from snapbuild.trial.run import prepare
+from snapbuild.trial.sandbox import Trial
 
 GB = 1000**3
 HUGE = {

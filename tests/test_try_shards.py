@@ -27,16 +27,11 @@ from hwprobe import probe
 from snapbuild.build import packing
 from snapbuild.manifest_loader import load_manifest
 from snapbuild.threads import default_threads
-from snapbuild.trial import (
-    PROMPT,
-    Trial,
-    assemble_prime,
-    render,
-    run_trial,
-    stage_components,
-    wait_healthy,
-    write_commands,
-)
+from snapbuild.trial.health import wait_healthy
+from snapbuild.trial.prime import assemble_prime, render, write_commands
+from snapbuild.trial.run import PROMPT, run_trial
+from snapbuild.trial.sandbox import Trial
+from snapbuild.trial.stage import stage_components
 
 pytestmark = [pytest.mark.slow, needs_llama_server]
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")

@@ -20,7 +20,7 @@ from support.llama import needs_llama_server
 
 from hwprobe import probe
 from snapbuild.threads import default_threads
-from snapbuild.trial import Trial
+from snapbuild.trial.sandbox import Trial
 
 pytestmark = [pytest.mark.slow, needs_llama_server]
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")

@@ -19,7 +19,7 @@ import requests
 from support.llama import needs_llama_server
 from support.tiny_vision import IMAGE_TOKENS, vision_manifest, write_png
 
-from snapbuild.trial import Trial
+from snapbuild.trial.sandbox import Trial
 
 pytestmark = [pytest.mark.slow, needs_llama_server]
 NAME = "tinyvision"

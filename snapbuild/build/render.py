@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,9 @@ SOURCE_ITEMS = (
     "runtimes",
     "snaps",
 )
+# Toolkit-only packages, left out: `snapbuild try`'s machinery and its snapctl stand-in simulate
+# snapd from outside a snap; nothing an installed snap runs may use them.
+TOOLKIT_ONLY = ("snapbuild/trial",)
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
 
 
@@ -288,6 +291,17 @@ def write_output(out: Path, files: Mapping[str, str], marker: str) -> None:
     (out / MARKER).write_text(marker, encoding="utf-8")
 
 
+def _ignore(project_root: Path) -> Callable[[str, list[str]], set[str]]:
+    """What copytree skips: build leftovers anywhere, and the :data:`TOOLKIT_ONLY` paths."""
+    skip = {(project_root / path).resolve() for path in TOOLKIT_ONLY}
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        here = Path(directory).resolve()
+        return set(_IGNORE(directory, names)) | {n for n in names if here / n in skip}
+
+    return ignore
+
+
 def vendor_source(project_root: Path, out: Path) -> None:
     """Copy this project's installable source into ``out/snapbuild-src`` for the python part."""
     if not (project_root / "pyproject.toml").is_file():
@@ -300,7 +314,7 @@ def vendor_source(project_root: Path, out: Path) -> None:
     for item in SOURCE_ITEMS:
         src = project_root / item
         if src.is_dir():
-            shutil.copytree(src, dest / item, ignore=_IGNORE, dirs_exist_ok=True)
+            shutil.copytree(src, dest / item, ignore=_ignore(project_root), dirs_exist_ok=True)
         elif src.is_file():
             dest.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / item)

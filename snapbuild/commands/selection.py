@@ -10,6 +10,7 @@ import click
 from hwprobe.load import load_host as hwprobe_load_host
 from hwprobe.profile import HostProfile
 from snapbuild.decision import Candidate, Decision
+from snapbuild.engine_rows import engine_rows
 from snapbuild.manifest import Manifest
 from snapbuild.manifest_loader import load_manifest, manifest_schema
 from snapbuild.selector import select
@@ -122,31 +123,6 @@ def format_decision(decision: Decision) -> str:
     return "\n".join(out)
 
 
-def _fit(c: Candidate) -> str:
-    if c.memory is None:
-        return "-"
-    have = "?" if c.memory.available is None else gib(c.memory.available)
-    return f"{gib(c.memory.required)}/{have}"
-
-
-def engine_rows(decision: Decision) -> list[dict[str, object]]:
-    """One row per engine, for ``engines`` (table and JSON)."""
-    active = decision.selected.engine if decision.selected else None
-    return [
-        {
-            "engine": c.engine,
-            "runtime": c.runtime,
-            "device": c.device,
-            "quantization": c.quantization,
-            "compatible": c.compatible,
-            "fit": _fit(c),
-            "rank": c.rank,
-            "active": c.engine == active,
-        }
-        for c in decision.candidates
-    ]
-
-
 @click.command("engines")
 @click.argument("model")
 @with_host
@@ -158,19 +134,19 @@ def engines_cmd(
     _, decision = _decide(model, host_root, host_file, experimental)
     rows = engine_rows(decision)
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps([r.to_data(fit="memory") for r in rows], indent=2))
         return
     head = ["engine", "runtime", "device", "quantization", "compatible", "fit", "rank", "active"]
     table = [head] + [
         [
-            str(r["engine"]),
-            str(r["runtime"]),
-            str(r["device"]),
-            str(r["quantization"]),
-            "yes" if r["compatible"] else "no",
-            str(r["fit"]),
-            str(r["rank"] or "-"),
-            "*" if r["active"] else "",
+            r.engine,
+            r.runtime,
+            str(r.device),
+            str(r.quantization),
+            "yes" if r.compatible else "no",
+            r.memory,
+            str(r.rank or "-"),
+            "*" if r.active else "",
         ]
         for r in rows
     ]

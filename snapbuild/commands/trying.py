@@ -21,7 +21,7 @@ def try_cmd(
     model: str, engine: str | None, port: int | None, keep_running: bool, work_dir: Path | None
 ) -> None:
     """Render MODEL's snap, install it in a simulated snap environment, start it and chat once."""
-    from snapbuild.trial import run_trial
+    from snapbuild.trial.run import run_trial
 
     run_trial(
         model,

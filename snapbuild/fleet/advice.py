@@ -20,6 +20,7 @@ import yaml
 from hwprobe.profile import GpuFacts, HostProfile, MemoryFacts, NpuFacts, PciIds
 from snapbuild.decision import Decision
 from snapbuild.fleet.planner import FleetPlan, Selector
+from snapbuild.selection.hardware import vendor_name
 
 # A change: (profile, params) -> (changed profile, details for the message), or None when it
 # does not apply to this profile.
@@ -57,10 +58,6 @@ class Advice:
         }
 
 
-def _vendor_name(vendor: str) -> str:
-    return str(_table()["vendor-names"].get(vendor, vendor))
-
-
 def load_npu_driver(
     profile: HostProfile, params: dict[str, Any]
 ) -> tuple[HostProfile, dict[str, str]] | None:
@@ -70,7 +67,7 @@ def load_npu_driver(
     drivers: dict[str, str] = params.get("drivers", {})
     vendor = next(n.vendor for n in profile.npus if n.driver_loaded is not True)
     npus = tuple(_with_npu_driver(n, drivers) for n in profile.npus)
-    return replace(profile, npus=npus), {"vendor": _vendor_name(vendor)}
+    return replace(profile, npus=npus), {"vendor": vendor_name(vendor)}
 
 
 def _with_npu_driver(npu: NpuFacts, drivers: dict[str, str]) -> NpuFacts:
@@ -89,7 +86,7 @@ def bind_gpu_driver(
     if not unbound:
         return None
     gpus = tuple(_with_gpu_driver(g, drivers) for g in profile.gpus)
-    return replace(profile, gpus=gpus), {"vendor": _vendor_name(unbound[0].vendor)}
+    return replace(profile, gpus=gpus), {"vendor": vendor_name(unbound[0].vendor)}
 
 
 def _with_gpu_driver(gpu: GpuFacts, drivers: dict[str, str]) -> GpuFacts:

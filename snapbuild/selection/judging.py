@@ -1,0 +1,157 @@
+"""Every verdict for one engine on one host, and the estimate of its decode speed.
+
+The order of the checks is the order of the reasons a user reads: experimental, architecture,
+written conditions, device, memory; a failed check does not stop the ones after it, so
+``why-not`` lists everything that would have to change, not just the first problem.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hwprobe.profile import HostProfile
+from runtimes.catalog import RuntimeEntry, load_catalog
+from snapbuild.batching import plan_batching
+from snapbuild.decision import Candidate, DeviceClass
+from snapbuild.manifest import Artifact, Engine, Manifest
+from snapbuild.selection.conditions import check_architecture, judge_any_of, judge_condition
+from snapbuild.selection.devices import Device, cpu_device, gpu_key, pick_gpu, pick_npu
+from snapbuild.selection.hardware import hardware_table
+from snapbuild.selection.memory_fit import fit_memory, model_shape
+from snapbuild.selection.ranking import Judged
+from snapbuild.selection.verdicts import Verdicts
+from snapbuild.serving import plan
+from snapbuild.vision import missing_inputs
+
+
+def _bandwidth(device: Device, host: HostProfile) -> float:
+    """Bytes/s the engine's device reads its weights at: a discrete GPU's own memory (the known
+    device, else its vendor's typical figure), otherwise the system's."""
+    bw = hardware_table().bandwidth
+    if device.accel == "gpu-discrete" and device.gpu is not None:
+        key = gpu_key(device.gpu)
+        if key in bw.gpu_by_device:
+            return bw.gpu_by_device[key]
+        return bw.gpu_by_vendor.get(device.vendor or "other", bw.gpu_by_vendor["other"])
+    return _system_bandwidth(host)
+
+
+def _system_bandwidth(host: HostProfile) -> float:
+    bw = hardware_table().bandwidth
+    if host.cpus and host.cpus[0].arm64_implementer and host.cpus[0].arm64_part:
+        key = f"{host.cpus[0].arm64_implementer}:{host.cpus[0].arm64_part}".lower()
+        if key in bw.cpu_by_arm64_part:
+            return bw.cpu_by_arm64_part[key]
+    return bw.cpu_by_architecture.get(host.architecture or "", 10.0e9)
+
+
+def _tokens_per_second(
+    entry: RuntimeEntry, device: Device, host: HostProfile, weights: int
+) -> float:
+    """Estimated decode speed: decode is bandwidth-bound, so bandwidth x the runtime's
+    efficiency on this vendor / the bytes read per token."""
+    per_vendor = hardware_table().runtime_efficiency.get(entry.id, {"default": 0.5})
+    eff = per_vendor.get(device.vendor or "", per_vendor["default"])
+    return round(_bandwidth(device, host) * eff / max(weights, 1), 1)
+
+
+def judge(
+    manifest: Manifest, engine: Engine, index: int, host: HostProfile, include_experimental: bool
+) -> Judged:
+    """Every verdict for one engine on one host."""
+    entry = load_catalog().get(engine.runtime)
+    artifact = manifest.artifact(engine.artifact)
+    v = Verdicts()
+    if entry is None:  # the loader rejects this; a hand-built Manifest may still carry it
+        v.fail(f"runtime {engine.runtime!r} is not in the runtime catalog")
+        return _rejected(engine, artifact, engine.runtime, "cpu", v, index)
+    if engine.experimental and not include_experimental:
+        v.fail("experimental: considered only with --experimental")
+    check_architecture(
+        v,
+        host.architecture,
+        manifest.architectures,
+        unknown="architecture unknown (no CPU facts)",
+        passed=f"snap built for {host.architecture}",
+        failed=f"snap not built for {host.architecture} (only {', '.join(manifest.architectures)})",
+    )
+    for cond in engine.requires.all_of:
+        if cond.gpu is None and cond.npu is None:
+            judge_condition(v, cond, host)
+    judge_any_of(v, engine.requires.any_of, host)
+    if entry.device == "gpu":
+        device = pick_gpu(host, engine, entry, v)
+    elif entry.device == "npu":
+        device = pick_npu(host, engine, entry, v)
+    else:
+        device = cpu_device(host)
+    if device is None:
+        return _rejected(engine, artifact, entry.id, entry.device, v, index)
+    fit = fit_memory(v, manifest, engine, entry, device, host)
+    served = tuple(i for i in manifest.engine_inputs(engine) if i in entry.inputs)
+    if fit.text_only:
+        served = tuple(i for i in served if i != "vision")
+    missing = missing_inputs(manifest, engine, served)
+    if missing and not fit.text_only:
+        v.ok(
+            f"serves text only: {entry.id} here cannot read images"
+            if "vision" in manifest.engine_inputs(engine)
+            else "serves text only: this engine loads no image encoder"
+        )
+    tps = _tokens_per_second(entry, device, host, artifact.size)
+    compatible = not v.blockers
+    serving = None
+    shape = model_shape(manifest, engine)
+    if compatible and entry.serving == "llama-server" and shape and fit.context:
+        available = fit.memory.available if fit.memory else None
+        pool = fit.memory.pool if fit.memory else "ram"
+        serving = plan(
+            shape,
+            fit.context,
+            runtime=entry.id,
+            device=device.cls,
+            available=available,
+            pool=pool,
+        )
+    cand = _candidate(
+        engine,
+        artifact,
+        v,
+        entry.id,
+        device.cls,
+        vendor=device.vendor,
+        memory=fit.memory,
+        context_size=fit.context if compatible else None,
+        estimated_tokens_per_second=tps,
+        slot=device.slot,
+        serving=serving,
+        inputs=served or ("text",),
+        batching=plan_batching(entry.id, fit.memory, fit.context) if compatible else None,
+    )
+    return Judged(cand, device.accel, fit.verified, index, v.warnings, missing)
+
+
+def _candidate(
+    engine: Engine, artifact: Artifact, v: Verdicts, runtime: str, device: DeviceClass, **facts: Any
+) -> Candidate:
+    """The engine's identity and verdicts; ``facts``: what judging found out beyond them."""
+    return Candidate(
+        engine=engine.name,
+        runtime=runtime,
+        device=device,
+        quantization=artifact.quantization,
+        artifact=artifact.name,
+        experimental=engine.experimental,
+        compatible=not v.blockers,
+        reasons=tuple(v.reasons),
+        blockers=tuple(v.blockers),
+        **facts,
+    )
+
+
+def _rejected(
+    engine: Engine, artifact: Artifact, runtime: str, device: str, v: Verdicts, index: int
+) -> Judged:
+    """An engine rejected before its memory could be judged (no runtime, no device)."""
+    cls: DeviceClass = device if device in ("gpu", "npu") else "cpu"  # type: ignore[assignment]
+    return Judged(_candidate(engine, artifact, v, runtime, cls), "cpu", False, index, v.warnings)

@@ -1,0 +1,77 @@
+"""Waiting for the snap's server to answer, saying what it is doing meanwhile.
+
+A first start may join split weights and load a large model, so the wait is long; the daemon
+notes its phase in ``$SNAP_DATA/daemon.json``, and echoing that (and the elapsed time every few
+seconds) keeps a slow load from looking like a hang. A service that dies fails the wait at once,
+with the tail of its log, instead of running out the clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from snapbuild.trial.sandbox import Trial, TrialError
+
+HEALTH_TIMEOUT_S = 180.0
+PROGRESS_EVERY_S = 5.0
+
+
+def wait_healthy(
+    trial: Trial,
+    url: str,
+    timeout: float = HEALTH_TIMEOUT_S,
+    echo: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Poll /health until 200; fail early, with the log, if the service dies. ``echo`` hears
+    what the daemon is doing (waiting for components, preparing, loading) as it changes, and
+    the elapsed time every few seconds, so a slow load is not a silent wait."""
+    start = time.monotonic()
+    deadline = start + timeout
+    said = ("", 0.0)
+    while time.monotonic() < deadline:
+        if echo is not None:
+            said = _progress(trial, echo, said, time.monotonic() - start)
+        with contextlib.suppress(requests.RequestException):
+            resp = requests.get(url, timeout=2)
+            if resp.status_code == 200:
+                body: dict[str, Any] = resp.json()
+                return body
+        if "inactive" in trial.snapctl("services").stdout:
+            raise TrialError(
+                "the server stopped before it was healthy",
+                details=tail(trial.log()),
+                resolution="Read the log above; `status` in the trial environment says more.",
+            )
+        time.sleep(0.3)
+    raise TrialError(
+        f"the server did not become healthy within {timeout:.0f}s at {url}",
+        details=tail(trial.log()),
+    )
+
+
+def _progress(
+    trial: Trial, echo: Callable[[str], None], said: tuple[str, float], elapsed: float
+) -> tuple[str, float]:
+    """Echo the daemon's phase when it changes (or every few seconds); returns what was said."""
+    path = Path(trial.env["SNAP_DATA"]) / "daemon.json"
+    try:
+        note = json.loads(path.read_text(encoding="utf-8"))
+        text = f"{note['phase']}: {note['message']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        text = "starting the server"
+    if text != said[0] or elapsed - said[1] >= PROGRESS_EVERY_S:
+        echo(f"  [{elapsed:4.1f}s] {text}")
+        return text, elapsed
+    return said
+
+
+def tail(text: str, lines: int = 20) -> str:
+    """The last ``lines`` lines of a log, enough to show why a service died."""
+    return "\n".join(text.splitlines()[-lines:])

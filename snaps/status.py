@@ -1,0 +1,102 @@
+"""What `<snap> status` reports: the engine, the service, the endpoint and what is wrong.
+
+Gathered as data first (``status --json`` is a contract programs read, and `snapbuild try`
+reads it through the snap's command), then written as text from that same data, so the two
+forms never disagree.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from snapbuild.decision import Serving
+from snaps.live import live_lines, live_status
+from snaps.manager import Context
+
+
+def status_data(ctx: Context) -> dict[str, Any]:
+    """What `status` shows, as data."""
+    decision = ctx.decision()
+    state = ctx.state()
+    settings = ctx.settings(decision=decision)
+    service = ctx.snapctl.service(ctx.env.service)
+    selected = decision.selected if decision else None
+    from snaps.chat import base_url  # requests, only when status runs (not in every hook)
+
+    return {
+        "snap": ctx.env.name,
+        "model": ctx.manifest.name,
+        "engine": selected.engine if selected else None,
+        "runtime": selected.runtime if selected else None,
+        "device": selected.device if selected else None,
+        "quantization": selected.quantization if selected else None,
+        "inputs": list(selected.inputs) if selected else None,
+        "forced": state.forced,
+        "service": {
+            "name": ctx.env.service,
+            "enabled": service.enabled,
+            "active": service.active,
+        },
+        "endpoint": base_url(settings.host, settings.port),
+        "context-size": settings.context_size,
+        "serving": selected.serving.to_data() if selected and selected.serving else None,
+        "live": live_status(settings.host, settings.port) if service.active else None,
+        "daemon": daemon_note(ctx, service.active),
+        "problem": state.problem
+        if decision is not None
+        else f"no engine chosen yet: run `{ctx.env.name} use-engine --auto`",
+        "notes": state.notes,
+    }
+
+
+def daemon_note(ctx: Context, active: bool) -> dict[str, str] | None:
+    """What the server is busy with (waiting for components, preparing, loading) or why it
+    failed; None while it serves or when it is simply stopped."""
+    path = ctx.env.daemon_status_path
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    phase = str(data.get("phase"))
+    if phase == "serving" or not (active or phase == "failed"):
+        return None
+    return {"phase": phase, "message": str(data.get("message"))}
+
+
+def status_text(data: dict[str, Any]) -> str:
+    service = data["service"]
+    state = ("active" if service["active"] else "inactive") + (
+        ", enabled" if service["enabled"] else ", disabled"
+    )
+    engine = data["engine"] or "none"
+    if data["engine"]:
+        engine += f" ({data['runtime']} on {data['device']}, {data['quantization']})"
+        if data["forced"]:
+            engine += " [forced]"
+    lines = [
+        f"model:        {data['model']}",
+        f"engine:       {engine}",
+        f"service:      {service['name']} ({state})",
+        f"endpoint:     {data['endpoint']}",
+        f"context-size: {data['context-size']}",
+    ]
+    if data["inputs"]:
+        lines.insert(2, f"inputs:       {', '.join(data['inputs'])}")
+    if data["serving"]:
+        lines.append(f"serving:      {Serving.model_validate(data['serving']).summary()}")
+    if service["active"]:
+        lines.extend(live_lines(data["live"]))
+    if data["daemon"]:
+        lines.insert(3, f"server:       {data['daemon']['phase']}: {data['daemon']['message']}")
+    if data["engine"] and service["enabled"] and not service["active"]:
+        lines.append(
+            "The service is enabled but not running: stopped, still starting, or failed "
+            "(see the service log)."
+        )
+    if data["problem"]:
+        lines.append("")
+        lines.extend(data["problem"].splitlines())
+    for note in data["notes"]:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)
