@@ -218,6 +218,6 @@ def fetch_cmd(model: str, engine: str | None, record: bool, as_json: bool) -> No
 
 
 def _probe() -> HostProfile:
-    import hwprobe
+    from hwprobe.load import load_host
 
-    return hwprobe.probe()
+    return load_host()
