@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -22,11 +21,7 @@ HOST_PROFILE_VAR = "SNAPBUILD_HOST_PROFILE"  # a HostProfile JSON file to use in
 def probe_from_environ(environ: Mapping[str, str] | None = None) -> HostProfile:
     """The recorded profile named by ``SNAPBUILD_HOST_PROFILE``, else a probe of
     ``SNAPBUILD_HOST_ROOT`` (default ``/``, this machine)."""
-    from hwprobe import probe
-    from hwprobe.profile import HostProfile
+    from hwprobe.load import load_host
 
     env = os.environ if environ is None else environ
-    profile_file = env.get(HOST_PROFILE_VAR)
-    if profile_file:
-        return HostProfile.from_json(Path(profile_file).read_text(encoding="utf-8"))
-    return probe(env.get(HOST_ROOT_VAR) or "/")
+    return load_host(profile=env.get(HOST_PROFILE_VAR), root=env.get(HOST_ROOT_VAR))

@@ -11,16 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from hwprobe.profile import CpuFacts, GpuFacts, HostProfile, NpuFacts
-
-GIB = 1024**3
+from snapcommon.sizes import gib as size
 
 GpuUses = Callable[[GpuFacts], Sequence[str]]
 """What a GPU is good for (runtime ids, in the caller's order); empty: say nothing."""
-
-
-def size(value: int | None) -> str:
-    """Bytes as GiB with one decimal, "unknown" for None."""
-    return "unknown" if value is None else f"{value / GIB:.1f} GiB"
 
 
 def _cpu_line(cpu: CpuFacts) -> str:

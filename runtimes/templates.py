@@ -22,6 +22,9 @@ from typing import Any, Literal
 
 import yaml
 
+from runtimes.gguf_file import GgufFile
+from snapcommon.errors import UsageError
+
 DATA = Path(__file__).with_name("chat_templates.yaml")
 TEMPLATE_KEY = "tokenizer.chat_template"
 
@@ -119,20 +122,13 @@ def template_for_file(path: Path, supplied: str | None = None) -> TemplateChoice
     reads the file itself (llama-server) must be given, or whether chat must be refused. None
     when the file cannot be read here (no ``gguf`` package, not a GGUF): the runtime decides."""
     try:
-        from gguf import GGUFReader
-
-        reader = GGUFReader(str(path), "r")
-    except Exception:  # absent package, unreadable file: the runtime will say what is wrong
+        gguf = GgufFile.open(path)
+    except UsageError:  # absent package, unreadable file: the runtime will say what is wrong
         return None
+    return template_for(gguf, supplied)
 
-    def value(key: str) -> Any:
-        item = reader.fields.get(key)
-        try:
-            return item.contents() if item is not None else None
-        except Exception:  # a malformed field is an absent one
-            return None
 
-    tokens = value("tokenizer.ggml.tokens")
-    vocab = frozenset(tokens) if isinstance(tokens, list) else frozenset()
-    metadata = {key: value(key) for key in ("general.architecture", TEMPLATE_KEY)}
-    return choose_template(metadata, vocab.__contains__, supplied)
+def template_for(gguf: GgufFile, supplied: str | None = None) -> TemplateChoice:
+    """:func:`choose_template` on an open GGUF's metadata and vocabulary."""
+    metadata = {key: gguf.value(key) for key in ("general.architecture", TEMPLATE_KEY)}
+    return choose_template(metadata, gguf.vocabulary().__contains__, supplied)

@@ -22,6 +22,7 @@ from pydantic import Field, model_validator
 from snapbuild.decision import Batching, MemoryEstimate
 from snapbuild.estimate import with_headroom
 from snapcommon.model import KebabModel
+from snapcommon.sizes import memory as gib
 
 
 class BatchingRule(KebabModel):
@@ -98,8 +99,6 @@ def plan_batching(
 
 
 def _sequences(rule: BatchingRule, memory: MemoryEstimate | None, context: int) -> tuple[int, str]:
-    from snapbuild.selector import gib
-
     top = rule.max_sequences
     fallback = min(batching_table().unverified_sequences, top)
     if memory is None or not memory.kv_cache:

@@ -1,6 +1,6 @@
 """``snapbuild make``: a manifest in, a complete snapcraft project out.
 
-The public face of this package. :func:`build_project` is pure (plan, snapcraft.yaml
+The public face of :mod:`snapbuild.build`. :func:`build_project` is pure (plan, snapcraft.yaml
 data and file texts, nothing written) so tests, ``snapbuild try`` and the CI matrix can use it;
 :func:`make` writes the result into a directory it is allowed to replace. :func:`snap_yaml`
 turns snapcraft.yaml data into the ``meta/snap.yaml`` snapcraft would write.

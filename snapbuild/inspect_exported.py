@@ -16,7 +16,7 @@ from typing import Any
 
 from snapbuild.inspect_gguf import FileFacts
 from snapbuild.manifest import ModelKind
-from snapcommon.errors import UsageError
+from snapcommon.errors import UsageError, optional_module
 
 # config.json key -> ModelFacts field, in order of preference (text_config first for VLMs)
 CONFIG_KEYS: dict[str, tuple[str, ...]] = {
@@ -69,12 +69,7 @@ def _dominant(counts: dict[str, int]) -> str | None:
 def read_onnx_facts(source: Path) -> FileFacts:
     """Facts of an ONNX model (a ``.onnx`` file, or a directory holding one)."""
     model_file = _one(source, "*.onnx", "an ONNX model (.onnx)")
-    try:
-        import onnx
-    except ImportError as exc:  # pragma: no cover - onnx ships with snapbuild's extras
-        raise UsageError(
-            "reading ONNX models needs the onnx package", resolution="pip install onnx"
-        ) from exc
+    onnx = optional_module("onnx", "reading ONNX models")
     try:
         model = onnx.load(str(model_file), load_external_data=False)
     except Exception as exc:

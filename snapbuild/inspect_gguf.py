@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtimes.templates import TemplateChoice, choose_template
+from runtimes.gguf_file import MERGES_KEY, TOKENS_KEY, GgufFile, is_gguf
+from runtimes.templates import TemplateChoice, template_for
 from snapbuild.gguf_info import sliding_layers
 from snapbuild.manifest import ModelKind
-from snapcommon.errors import UsageError
 
-GGUF_MAGIC = b"GGUF"
+__all__ = ["FileFacts", "is_gguf", "projector_inputs", "quantization_name", "read_gguf_facts"]
 
 
 @dataclass(frozen=True)
@@ -39,64 +39,14 @@ class FileFacts:
     notes: tuple[str, ...] = field(default=())
 
 
-def is_gguf(path: Path) -> bool:
-    """Whether ``path`` starts with the GGUF magic."""
-    with path.open("rb") as fh:
-        return fh.read(4) == GGUF_MAGIC
-
-
-def _reader(path: Path) -> Any:
-    try:
-        from gguf import GGUFReader
-    except ImportError as exc:  # pragma: no cover - gguf ships with snapbuild's extras
-        raise UsageError(
-            "reading GGUF files needs the gguf package", resolution="pip install gguf"
-        ) from exc
-    if not is_gguf(path):
-        with path.open("rb") as fh:
-            head = fh.read(4)
-        raise UsageError(
-            f"{path} is not a GGUF file",
-            details=f"it starts with {head!r}, not {GGUF_MAGIC!r}",
-            resolution="give a model file in GGUF format (llama.cpp's convert_hf_to_gguf.py "
-            "writes one)",
-        )
-    try:
-        return GGUFReader(str(path), "r")
-    except Exception as exc:
-        raise UsageError(
-            f"{path} is not a readable GGUF file",
-            details=str(exc),
-            resolution="the file may be truncated: download it again",
-        ) from None
-
-
 def projector_inputs(path: Path) -> tuple[str, ...]:
     """What a projector GGUF (llama.cpp's mmproj, ``general.architecture: clip``) reads:
     ``vision`` and/or ``audio`` by its ``clip.has_*_encoder`` keys; empty for anything else."""
-    reader = _reader(path)
-    if _value(reader, "general.architecture") != "clip":
+    gguf = GgufFile.open(path)
+    if gguf.value("general.architecture") != "clip":
         return ()
     found = [("vision", "clip.has_vision_encoder"), ("audio", "clip.has_audio_encoder")]
-    return tuple(name for name, key in found if _value(reader, key))
-
-
-def _value(reader: Any, key: str) -> Any:
-    item = reader.fields.get(key)
-    if item is None:
-        return None
-    try:
-        return item.contents()
-    except Exception:  # malformed field: treat as absent
-        return None
-
-
-def _int(value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, list):  # per-layer values: the largest is what memory is sized for
-        return max(int(v) for v in value) if value else None
-    return int(value)
+    return tuple(name for name, key in found if gguf.value(key))
 
 
 def quantization_name(file_type: int | None, tensor_types: list[str]) -> tuple[str | None, str]:
@@ -119,18 +69,13 @@ def quantization_name(file_type: int | None, tensor_types: list[str]) -> tuple[s
 
 def read_gguf_facts(path: Path, supplied_template: str | None = None) -> FileFacts:
     """Everything a manifest states about a GGUF, read from its header."""
-    reader = _reader(path)
-    arch = _value(reader, "general.architecture")
-    if not isinstance(arch, str):
-        raise UsageError(
-            f"{path} has no general.architecture metadata",
-            resolution="convert the model with a current llama.cpp convert_hf_to_gguf.py",
-        )
+    gguf = GgufFile.open(path)
+    arch = gguf.architecture()
     facts: dict[str, Any] = {"architecture": arch}
     sources: dict[str, str] = {"architecture": "general.architecture"}
 
     def take(name: str, key: str, value: Any = None) -> Any:
-        got = _int(_value(reader, key)) if value is None else value
+        got = gguf.integer(key) if value is None else value
         if got is not None:
             facts[name] = got
             sources[name] = key
@@ -145,16 +90,13 @@ def read_gguf_facts(path: Path, supplied_template: str | None = None) -> FileFac
         sources["head_size"] = f"{arch}.embedding_length / {arch}.attention.head_count"
     take("feed_forward_size", f"{arch}.feed_forward_length")
     if take("vocab_size", f"{arch}.vocab_size") is None:
-        tokens = reader.fields.get("tokenizer.ggml.tokens")
-        if tokens is not None:
-            take("vocab_size", "tokenizer.ggml.tokens (count)", len(tokens.data))
-    if "tokenizer.ggml.tokens" in reader.fields:
-        merges = reader.fields.get("tokenizer.ggml.merges")
-        take("vocab_merges", "tokenizer.ggml.merges (count)", len(merges.data) if merges else 0)
+        take("vocab_size", f"{TOKENS_KEY} (count)", gguf.token_count())
+    if gguf.has(TOKENS_KEY):
+        take("vocab_merges", f"{MERGES_KEY} (count)", gguf.merge_count())
     take("context_length", f"{arch}.context_length")
     window = take("sliding_window", f"{arch}.attention.sliding_window")
     if window and layers:
-        pattern = _value(reader, f"{arch}.attention.sliding_window_pattern")
+        pattern = gguf.value(f"{arch}.attention.sliding_window_pattern")
         take(
             "sliding_window_layers",
             f"{arch}.attention.sliding_window_pattern"
@@ -162,17 +104,13 @@ def read_gguf_facts(path: Path, supplied_template: str | None = None) -> FileFac
             else f"llama.cpp's {arch} layout (snapbuild/data/swa_layouts.yaml)",
             sliding_layers(arch, layers, window, pattern),
         )
-    take(
-        "parameters", "the tensors' element counts", sum(int(t.n_elements) for t in reader.tensors)
-    )
+    take("parameters", "the tensors' element counts", sum(int(t.n_elements) for t in gguf.tensors))
     quant, quant_source = quantization_name(
-        _int(_value(reader, "general.file_type")), [t.tensor_type.name for t in reader.tensors]
+        gguf.integer("general.file_type"), [t.tensor_type.name for t in gguf.tensors]
     )
-    vocab = _token_set(reader)
-    metadata = {k: _value(reader, k) for k in ("general.architecture", "tokenizer.chat_template")}
-    template = choose_template(metadata, vocab.__contains__, supplied_template)
+    template = template_for(gguf, supplied_template)
     kind: ModelKind
-    if _value(reader, f"{arch}.pooling_type") is not None:
+    if gguf.value(f"{arch}.pooling_type") is not None:
         kind = "embeddings"
     else:
         kind = "chat" if template.template is not None else "completion"
@@ -185,16 +123,7 @@ def read_gguf_facts(path: Path, supplied_template: str | None = None) -> FileFac
         quantization_source=quant_source,
         kind=kind,
         template=template,
-        license=_str(_value(reader, "general.license")),
-        name=_str(_value(reader, "general.name")),
-        basename=_str(_value(reader, "general.basename")),
+        license=gguf.text("general.license"),
+        name=gguf.text("general.name"),
+        basename=gguf.text("general.basename"),
     )
-
-
-def _token_set(reader: Any) -> frozenset[str]:
-    tokens = _value(reader, "tokenizer.ggml.tokens")
-    return frozenset(str(t) for t in tokens) if isinstance(tokens, list) else frozenset()
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value.strip() else None

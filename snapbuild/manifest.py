@@ -17,13 +17,9 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 from hwprobe.profile import X86Level
 from snapcommon.model import KebabModel
 
-MANIFEST_SCHEMA_VERSION = 1
-
 # snapd's rules: lowercase letters, digits and hyphens; at least one letter; no leading,
 # trailing or double hyphen; 2 to 40 characters.
 SNAP_NAME_RE = re.compile(r"^(?=.*[a-z])[a-z0-9](?:-?[a-z0-9])*$")
-# engine, artifact and component names follow the same rules (they become component names).
-COMPONENT_NAME_RE = SNAP_NAME_RE
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 Architecture = Literal["amd64", "arm64", "armhf", "riscv64", "s390x", "ppc64el", "i386"]

@@ -11,7 +11,6 @@ named ``.gguf`` stops at the first command rather than at ``snap pack`` or in a 
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from snapbuild.inspect_gguf import FileFacts, is_gguf, read_gguf_facts
 from snapbuild.manifest import Artifact, ArtifactFile, Manifest
 from snapbuild.spdx import license_problem
 from snapcommon.errors import ManifestError, UsageError
+from snapcommon.files import sha256_of
 
 Level = Literal["error", "warning"]
 
@@ -170,7 +170,7 @@ def _file(field: str, file: ArtifactFile, path: Path, *, hash_it: bool) -> list[
             )
         ]
     if hash_it:
-        digest = _sha256(path)
+        digest = sha256_of(path)
         if digest != file.sha256:
             return [
                 Finding(
@@ -268,11 +268,3 @@ def _compare(manifest: Manifest, where: str, artifact: Artifact, facts: FileFact
         )
         out.append(Finding("warning", "model.chat-template", choice.reason, fix))
     return out
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()

@@ -10,7 +10,6 @@ URLs) is written as a value marked ``REVIEW`` and listed for the packager.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import zlib
@@ -25,6 +24,7 @@ from snapbuild.inspect_gguf import FileFacts, is_gguf, read_gguf_facts
 from snapbuild.selection.hardware import vendor_name
 from snapbuild.spdx import license_problem, spdx_id
 from snapcommon.errors import UsageError
+from snapcommon.files import sha256_of
 
 # files exported models keep beside their weights that the runtimes read
 COMPANIONS = ("tokenizer.json", "tokenizer_config.json", "config.json", "special_tokens_map.json")
@@ -107,14 +107,6 @@ def _slug(text: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
     slug = re.sub(r"-+", "-", slug)[:40].strip("-")
     return slug if re.search(r"[a-z]", slug) and len(slug) >= 2 else f"model-{slug}".strip("-")
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _same_model(sources: list[Source]) -> None:
@@ -223,7 +215,7 @@ def _artifact(
         entry: dict[str, Any] = {"path": path.name}
         if url_base:
             entry["url"] = f"{url_base.rstrip('/')}/{path.name}"
-        entry["sha256"] = _sha256(path)
+        entry["sha256"] = sha256_of(path)
         entry["size"] = path.stat().st_size
         entry["local"] = {"path": _local_path(path, base)}
         files.append(entry)

@@ -22,6 +22,7 @@ import yaml
 from snapbuild.decision import Serving
 from snapbuild.estimate import ModelShape, with_headroom
 from snapbuild.estimate_llama import LlamaRun, Pool, plan_memory, rules, runtime_device
+from snapcommon.sizes import gib
 
 
 @cache
@@ -140,10 +141,10 @@ def plan(
 
 
 def _why(best: Option, preferred: int, available: int | None) -> str:
-    gib = best.required / 2**30
+    planned = gib(best.required, digits=2)
     if available is None:
-        return f"{best.slots} slots ({best.kv_type} KV), memory unknown: {gib:.2f} GiB planned"
-    room = f"{gib:.2f} GiB of {available / 2**30:.2f} GiB"
+        return f"{best.slots} slots ({best.kv_type} KV), memory unknown: {planned} planned"
+    room = f"{planned} of {gib(available, digits=2)}"
     if best.slots == preferred and best.kv_type == "f16":
         return f"{best.slots} slots, the device's preferred number, fit in f16 ({room})"
     if best.kv_type != "f16":

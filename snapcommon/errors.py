@@ -9,8 +9,10 @@ in the spirit of craft-application's ``CraftError``.
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
+from types import ModuleType
 from typing import IO, Any
 
 # Exit codes shared by every command.
@@ -78,3 +80,14 @@ class NoEngineError(SnapbuildError):
     """No engine of the manifest fits this host (exit 3)."""
 
     exit_code = EXIT_NO_ENGINE
+
+
+def optional_module(name: str, purpose: str) -> ModuleType:
+    """Import ``name``, a package of an optional extra; without it, a :class:`UsageError`
+    saying that ``purpose`` (e.g. "reading GGUF files") needs it and how to install it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise UsageError(
+            f"{purpose} needs the {name} package", resolution=f"pip install {name}"
+        ) from exc

@@ -41,6 +41,7 @@ from snapbuild.engine_data import (
 )
 from snapbuild.manifest import Manifest
 from snapcommon.errors import EXIT_NO_ENGINE, SnapbuildError
+from snapcommon.files import write_atomically
 from snaps.env import SnapEnv
 
 CHUNK = 8 * 1024 * 1024
@@ -313,9 +314,7 @@ def _mark_verified(env: SnapEnv, artifact: str, file: FileLayout, dest: Path) ->
     record[file.path] = {"sha256": file.sha256, "size": st.st_size, "mtime-ns": st.st_mtime_ns}
     path = _verified_record(env, artifact)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_atomically(path, json.dumps(record, indent=2) + "\n")
 
 
 def _verified(env: SnapEnv, artifact: str, file: FileLayout, target: Path) -> bool:

@@ -20,6 +20,7 @@ from snapbuild.cli import run_cli
 from snapbuild.decision import Decision
 from snapbuild.engine_rows import engine_rows
 from snapcommon.errors import UsageError
+from snapcommon.sizes import gib as _gib
 from snaps import config, hooks
 from snaps.manager import (
     Context,
@@ -178,10 +179,6 @@ def show_machine(as_json: bool) -> None:
         click.echo(f"warning: {warning.message}")
     for note in notes:
         click.echo(f"note: {note}")
-
-
-def _gib(value: int | None) -> str:
-    return "unknown" if value is None else f"{value / 2**30:.1f} GiB"
 
 
 # use-engine --------------------------------------------------------------------------------

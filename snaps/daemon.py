@@ -24,6 +24,7 @@ from hwprobe.profile import HostProfile
 from snapbuild.decision import Decision
 from snapbuild.threads import default_threads
 from snapcommon.errors import EXIT_NO_ENGINE, SnapbuildError
+from snapcommon.files import write_atomically
 from snaps import artifacts
 from snaps.manager import Context, components_for, engine_components, probe_host, select
 
@@ -48,11 +49,9 @@ def log(message: str) -> None:
 def note(ctx: Context, phase: str, message: str) -> None:
     """Tell `status` what the daemon is doing (written atomically)."""
     path = ctx.env.daemon_status_path
-    tmp = path.with_name(path.name + ".tmp")
     data = {"pid": os.getpid(), "phase": phase, "message": message}
     with contextlib.suppress(OSError):  # a status note must never stop the server
-        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        write_atomically(path, json.dumps(data, indent=2) + "\n")
 
 
 def _wait_limit() -> float:

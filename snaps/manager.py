@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from hwprobe.profile import HostProfile
@@ -18,6 +17,7 @@ from runtimes.catalog import load_catalog
 from snapbuild.decision import Candidate, Decision, Selected
 from snapbuild.manifest import Manifest
 from snapcommon.errors import SnapbuildError, UsageError
+from snapcommon.files import write_atomically as _atomic_write
 from snaps import config
 from snaps.env import SnapEnv
 from snaps.snapctl import Snapctl
@@ -126,12 +126,6 @@ def load_snap_manifest(env: SnapEnv) -> Manifest:
             resolution="Rebuild the snap with `snapbuild make`, which packs it.",
         )
     return load_manifest(str(env.manifest_path))
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 # probing and selecting -----------------------------------------------------------------------

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from support.build import CASES, case_manifest
 
-from snapbuild.build.render import MARKER, SOURCE_DIR
+from snapbuild.build.render import MARKER, SOURCE_DIR, SOURCE_ITEMS
 from snapbuild.cli import cli, run_cli
 from snapbuild.matrix import matrix_entries, workflow_data, workflow_text
 
@@ -47,7 +47,8 @@ def test_make_prints_summary_and_writes_project(capsys, tmp_path: Path) -> None:
     ]
     # the vendored source installs this project: its metadata and every package
     src = out_dir / SOURCE_DIR
-    assert (src / "pyproject.toml").is_file()
+    assert sorted(p.name for p in src.iterdir()) == sorted(SOURCE_ITEMS)  # LICENSE included
+    assert (src / "LICENSE").read_text().split()[:3] == ["Apache", "License", "Version"]
     for package in ("snapcommon", "hwprobe", "snapbuild", "runtimes", "snaps"):
         assert (src / package / "__init__.py").is_file(), package
     assert not list(src.rglob("__pycache__"))

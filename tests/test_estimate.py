@@ -142,8 +142,11 @@ def test_estimate_cli_rejects_a_file_that_is_not_gguf(
     bogus.write_bytes(b"not a gguf file at all")
     assert run_cli(cli, ["estimate", str(bogus)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"Error: {bogus} is not a readable GGUF file\n")
-    assert err.endswith("Fix: give a model file in GGUF format (llama.cpp's format)\n")
+    assert err == (
+        f"Error: {bogus} is not a GGUF file\n"
+        "  it starts with b'not ', not b'GGUF'\n"
+        "Fix: give a model file in GGUF format (llama.cpp's convert_hf_to_gguf.py writes one)\n"
+    )
 
 
 def test_peak_is_the_last_prompt_batch_at_the_full_context() -> None:

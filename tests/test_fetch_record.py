@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from support.serving import http_files_server
 
-from snapbuild.artifacts import artifact_dir, locate, record_in_text
+from snapbuild.artifacts import artifact_dir, locate
 from snapbuild.cli import cli, run_cli
 from snapbuild.manifest_loader import load_manifest
 
@@ -369,24 +369,3 @@ def test_announced_size_over_the_store_limit_is_refused_before_downloading(
         "manifest by hand\n"
     )
     assert path.read_bytes() == original
-
-
-def test_record_in_text_keeps_line_endings_and_quoting() -> None:
-    crlf = (
-        "artifacts:\r\n"
-        "  - name: a\r\n"
-        "    files:\r\n"
-        "      - placeholder: true\r\n"
-        "        path: f\r\n"
-        "        sha256: 00\r\n"
-        "        size: 1 # guess\r\n"
-        "      - {path: g, sha256: '00', size: 2, placeholder: true}\r\n"
-    )
-    digits = "1" * 64
-    assert record_in_text(crlf, "a", "f", sha256=digits, size=7) == crlf.replace(
-        "placeholder: true\r\n        path", "placeholder: false\r\n        path"
-    ).replace("sha256: 00\r\n", f'sha256: "{digits}"\r\n').replace("size: 1 #", "size: 7 #")
-    assert record_in_text(crlf, "a", "g", sha256=SHA, size=9) == crlf.replace(
-        "{path: g, sha256: '00', size: 2, placeholder: true}",
-        f"{{path: g, sha256: '{SHA}', size: 9, placeholder: false}}",
-    )

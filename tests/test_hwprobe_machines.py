@@ -1,8 +1,8 @@
 """Every shared real machine replayed: the complete CPU, GPU, NPU and display lists.
 
 Case names say what each machine should produce. The full profile is also compared with the
-golden ``tests/data/machines/<name>/expected.json`` (regenerate with HWPROBE_REGEN=1 after a
-reviewed change).
+golden ``tests/data/machines/<name>/expected.json`` (regenerate with SNAPBUILD_UPDATE_GOLDEN=1
+after a reviewed change).
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ def test_shared_machine_matches_golden_profile(machines_dir: Path, name: str) ->
     # Warnings name absolute paths; the golden file holds them relative to the machine root.
     text = profile.to_json().replace(root, "<root>")
     golden = machines_dir / name / "expected.json"
-    if os.environ.get("HWPROBE_REGEN"):
+    if os.environ.get("SNAPBUILD_UPDATE_GOLDEN") == "1":
         golden.write_text(text + "\n")
     assert json.loads(text) == json.loads(golden.read_text())
     # The strict reader takes back exactly what the prober built (tuples, nested dataclasses).

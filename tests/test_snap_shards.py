@@ -21,7 +21,7 @@ import pytest
 import yaml
 from support.tiny_models import write_tiny_llama_gguf
 
-from snapbuild.build import plan as build_plan
+from snapbuild.build import packing
 from snapbuild.builder import BuiltProject, make
 from snapbuild.manifest import Manifest
 from snapbuild.manifest_loader import load_manifest
@@ -127,7 +127,7 @@ def snap(tmp_path: Path, machines_dir: Path, monkeypatch: pytest.MonkeyPatch) ->
     manifest_file = tmp_path / f"{NAME}.yaml"
     manifest_file.write_text(yaml.safe_dump(_manifest(model, splits), sort_keys=False))
     # the Store's 5 GB limit scaled down: every piece needs a component of its own
-    monkeypatch.setattr(build_plan, "COMPONENT_BUDGET", max(len(p) for p in _thirds(model)))
+    monkeypatch.setattr(packing, "COMPONENT_BUDGET", max(len(p) for p in _thirds(model)))
     monkeypatch.setenv("SNAPBUILD_HOST_ROOT", str(machines_dir / "asus-ux301l" / "machine-root"))
     trial = Trial(work=tmp_path / "work", name=NAME)
     built = make(str(manifest_file), trial.project)

@@ -24,7 +24,7 @@ from support.llama import needs_llama_server
 from support.tiny_models import write_tiny_llama_gguf
 
 from hwprobe import probe
-from snapbuild.build import plan as build_plan
+from snapbuild.build import packing
 from snapbuild.manifest_loader import load_manifest
 from snapbuild.threads import default_threads
 from snapbuild.trial.health import wait_healthy
@@ -104,7 +104,7 @@ def sharded(
     }
     path = tmp_path / f"{NAME}.yaml"
     path.write_text(yaml.safe_dump(manifest, sort_keys=False))
-    monkeypatch.setattr(build_plan, "COMPONENT_BUDGET", max(len(p) for p in _thirds(model)))
+    monkeypatch.setattr(packing, "COMPONENT_BUDGET", max(len(p) for p in _thirds(model)))
     monkeypatch.setenv("SNAPBUILD_CACHE", str(cache))
     monkeypatch.setenv("SNAPBUILD_HOST_ROOT", str(machines_dir / MACHINE / "machine-root"))
     monkeypatch.delenv("SNAPBUILD_HOST_PROFILE", raising=False)

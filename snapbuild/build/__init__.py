@@ -3,24 +3,10 @@
 :mod:`.plan` decides what goes into the snap (engines, components, shards), :mod:`.project`
 turns a plan into snapcraft.yaml data, :mod:`.snapyaml` derives the ``meta/snap.yaml`` snapcraft
 would write, :mod:`.naming` checks the snap naming rules the JSON Schema does not, and
-:mod:`.render` writes the files through a strict jinja2 environment. :mod:`snapbuild.builder`
-is the public face. (The repository's .gitignore matches ``build/``: new files here need
-``git add -f``.)
+:mod:`.render` writes the files (snapcraft.yaml and the data files dumped by code, the hooks and
+texts through a strict jinja2 environment).
+
+This package has no public face of its own: :mod:`snapbuild.builder` is the one entry point
+(``build_project``, ``make``, ``snap_yaml``...), so callers never choose between two. (The
+repository's .gitignore matches ``build/``: new files here need ``git add -f``.)
 """
-
-from __future__ import annotations
-
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from snapbuild.builder import BuiltProject
-
-
-def render_project(
-    model: str, dest: Path, *, engines: list[str] | None = None, **options: Any
-) -> BuiltProject:
-    """Render ``model`` into ``dest`` (see :func:`snapbuild.builder.make`)."""
-    from snapbuild.builder import make
-
-    return make(model, dest, engines=tuple(engines or ()), **options)

@@ -49,11 +49,6 @@ def name_problems(project: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def hook_file_problems(hooks: Iterable[str]) -> list[str]:
-    """Hook file names (``snap/hooks/*``) snapd would reject."""
-    return [f"hook file {h!r} is not a hook snapd runs" for h in hooks if h not in KNOWN_HOOKS]
-
-
 def check_names(project: Mapping[str, Any]) -> None:
     """Raise a UsageError listing every naming violation, or return quietly."""
     problems = name_problems(project)

@@ -8,18 +8,11 @@ holds what.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from posixpath import basename
-from typing import Literal
-from urllib.parse import urlparse
 
 from runtimes.catalog import RuntimeCatalog, RuntimeEntry, Variant
-from snapbuild.local_artifacts import staged_source
+from snapbuild.build.packing import ComponentPlan, JoinPlan, artifact_components, plan_joins
 from snapbuild.manifest import (
-    STORE_COMPONENT_LIMIT,
-    Artifact,
-    ArtifactFile,
     Condition,
     Engine,
     Manifest,
@@ -27,48 +20,7 @@ from snapbuild.manifest import (
 from snapcommon.errors import ManifestError, UsageError
 from snapcommon.model import KebabModel
 
-# A component must stay under the Store's limit with room for squashfs and metadata overhead.
-COMPONENT_BUDGET = STORE_COMPONENT_LIMIT - 64 * 1024**2
 ALL_VARIANT = "all"
-# A downloaded file's name becomes an organize key, which snapcraft treats as a glob.
-_PLAIN_FILE_NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
-
-
-class Piece(KebabModel):
-    """One file that lands in an artifact component: a whole file or one declared shard."""
-
-    artifact: str
-    file: str  # the artifact file this piece belongs to (ArtifactFile.path)
-    file_index: int  # 1-based position of that file in the artifact (names its part)
-    path: str  # where it lands inside its component
-    size: int
-    kind: Literal["file", "shard"]
-    index: int = 0  # 1-based position among a file's shards; 0 for whole files
-    url: str  # download URL
-    sha256: str  # of the download
-    placeholder: bool = False
-    component: str = ""  # filled in when pieces are packed into components
-
-
-class ComponentPlan(KebabModel):
-    """One snap component: a runtime build or (part of) a model artifact."""
-
-    name: str
-    kind: Literal["runtime", "artifact"]
-    runtimes: tuple[str, ...] = ()  # runtime ids built into it (kind runtime)
-    artifact: str | None = None  # kind artifact
-    size: int | None = None  # bytes of payload when known before building (artifacts)
-    pieces: tuple[Piece, ...] = ()
-
-
-class JoinPlan(KebabModel):
-    """A file stored as several pieces, to be joined back (in order) at install time."""
-
-    artifact: str
-    path: str
-    sha256: str
-    size: int
-    pieces: tuple[Piece, ...]
 
 
 class EnginePlan(KebabModel):
@@ -122,7 +74,7 @@ def plan_build(
     arches = _architectures(manifest, architectures)
     runtimes = {e.name: _runtime(catalog, e) for e in manifest.engines}
     chosen = _by_engines(manifest, engines)
-    chosen = _by_variant(manifest, catalog, variant, chosen, runtimes, explicit=bool(engines))
+    chosen = _by_variant(catalog, variant, chosen, runtimes, explicit=bool(engines))
     kept, left_out = _by_architecture(chosen, runtimes, arches, explicit=bool(engines))
     if not kept:
         raise UsageError(
@@ -130,7 +82,7 @@ def plan_build(
             details="\n".join(f"{lo.engine}: {lo.reason}" for lo in left_out) or None,
             resolution="choose other --engines, --variant or --arch",
         )
-    artifacts = _artifact_components(manifest, kept)
+    artifacts = artifact_components(manifest, kept)
     runtime_components = _runtime_components(kept, runtimes, {c.name for c in artifacts})
     engine_plans = tuple(_engine_plan(e, runtimes[e.name], artifacts) for e in kept)
     return BuildPlan(
@@ -140,7 +92,7 @@ def plan_build(
         architectures=arches,
         engines=engine_plans,
         components=runtime_components + artifacts,
-        joins=_joins(manifest, artifacts),
+        joins=plan_joins(manifest, artifacts),
         left_out=tuple(left_out),
         notes=_notes(manifest, kept),
     )
@@ -184,7 +136,6 @@ def _by_engines(manifest: Manifest, names: Sequence[str]) -> list[Engine]:
 
 
 def _by_variant(
-    manifest: Manifest,
     catalog: RuntimeCatalog,
     name: str | None,
     engines: list[Engine],
@@ -281,84 +232,6 @@ def _by_architecture(
     return kept, left
 
 
-def _artifact_components(manifest: Manifest, engines: list[Engine]) -> tuple[ComponentPlan, ...]:
-    used = list(dict.fromkeys(a.name for e in engines for a in manifest.engine_artifacts(e)))
-    out: list[ComponentPlan] = []
-    for name in used:
-        out.extend(_pack(manifest.artifact(name)))
-    return tuple(out)
-
-
-def _pieces(artifact: Artifact, file: ArtifactFile, file_index: int) -> list[Piece]:
-    common = {
-        "artifact": artifact.name,
-        "file": file.path,
-        "file_index": file_index,
-        "placeholder": file.placeholder,
-    }
-    if file.shards:
-        return [
-            Piece(
-                **common,
-                path=f"{file.path}.part-{i:02d}",
-                size=s.size,
-                kind="shard",
-                index=i,
-                url=s.url,
-                sha256=s.sha256,
-            )
-            for i, s in enumerate(file.shards, 1)
-        ]
-    return [
-        Piece(
-            **common,
-            path=file.path,
-            size=file.size,
-            kind="file",
-            # local-only: the copy `make` stages into the project (snapbuild.local_artifacts)
-            url=file.url or staged_source(artifact.name, file.path),
-            sha256=file.sha256,
-        )
-    ]
-
-
-def _pack(artifact: Artifact) -> list[ComponentPlan]:
-    """Pack an artifact's pieces, in order, into as few components under the budget as fit."""
-    bins: list[list[Piece]] = [[]]
-    for file_index, file in enumerate(artifact.files, 1):
-        for piece in _pieces(artifact, file, file_index):
-            if piece.size > COMPONENT_BUDGET:
-                raise ManifestError(
-                    f"{artifact.name}/{piece.path} is {piece.size} bytes: with the squashfs "
-                    f"overhead it does not fit a component under the Store's "
-                    f"{STORE_COMPONENT_LIMIT}-byte limit (at most {COMPONENT_BUDGET} bytes)",
-                    resolution="list the file's shards in the manifest (url, sha256, size each)",
-                )
-            if bins[-1] and sum(p.size for p in bins[-1]) + piece.size > COMPONENT_BUDGET:
-                bins.append([])
-            bins[-1].append(piece)
-    components = []
-    for i, pieces in enumerate(bins, 1):
-        name = artifact.name if i == 1 else f"{artifact.name}-{i}"
-        if len(name) > 40:
-            raise ManifestError(
-                f"artifact {artifact.name!r} needs {len(bins)} components and {name!r} is "
-                "longer than the 40 characters a component name may have",
-                resolution="give the artifact a shorter name",
-            )
-        placed = tuple(p.model_copy(update={"component": name}) for p in pieces)
-        components.append(
-            ComponentPlan(
-                name=name,
-                kind="artifact",
-                artifact=artifact.name,
-                size=sum(p.size for p in placed),
-                pieces=placed,
-            )
-        )
-    return components
-
-
 def _runtime_components(
     engines: list[Engine], runtimes: dict[str, RuntimeEntry], artifact_names: set[str]
 ) -> tuple[ComponentPlan, ...]:
@@ -431,23 +304,6 @@ def describe(cond: Condition) -> str:
     return f"{cond.npu.vendor} NPU" + (" with its driver loaded" if cond.npu.driver_loaded else "")
 
 
-def _joins(manifest: Manifest, artifacts: tuple[ComponentPlan, ...]) -> tuple[JoinPlan, ...]:
-    pieces = [p for c in artifacts for p in c.pieces if p.kind == "shard"]
-    joins: list[JoinPlan] = []
-    for artifact_name, path in dict.fromkeys((p.artifact, p.file) for p in pieces):
-        file = next(f for f in manifest.artifact(artifact_name).files if f.path == path)
-        joins.append(
-            JoinPlan(
-                artifact=artifact_name,
-                path=path,
-                sha256=file.sha256,
-                size=file.size,
-                pieces=tuple(p for p in pieces if (p.artifact, p.file) == (artifact_name, path)),
-            )
-        )
-    return tuple(joins)
-
-
 def _notes(manifest: Manifest, engines: list[Engine]) -> tuple[str, ...]:
     notes = []
     for name in dict.fromkeys(a.name for e in engines for a in manifest.engine_artifacts(e)):
@@ -461,15 +317,3 @@ def _notes(manifest: Manifest, engines: list[Engine]) -> tuple[str, ...]:
                 "(trust on first use) or they are filled in by hand"
             )
     return tuple(notes)
-
-
-def download_name(url: str, where: str) -> str:
-    """The file name snapcraft gives a downloaded ``source`` (the URL path's last segment)."""
-    name = basename(urlparse(url).path)
-    if not _PLAIN_FILE_NAME.match(name):
-        raise ManifestError(
-            f"the URL of {where} does not end in a plain file name",
-            details=f"url: {url!r}",
-            resolution="use a URL whose path ends in the file name (letters, digits, . _ + -)",
-        )
-    return name

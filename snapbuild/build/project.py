@@ -16,7 +16,8 @@ from typing import Any
 import yaml
 
 from runtimes.catalog import NativeBuild, PythonBuild, RuntimeCatalog
-from snapbuild.build.plan import BuildPlan, ComponentPlan, Piece, download_name
+from snapbuild.build.packing import ComponentPlan, Piece, download_name
+from snapbuild.build.plan import BuildPlan
 from snapbuild.manifest import Manifest
 from snapbuild.paths import templates_dir
 from snapbuild.spdx import license_problem
@@ -107,7 +108,7 @@ def project_data(
     extensions = _extensions(plan, catalog)
     data["apps"] = _apps(manifest.name, fixed["apps"], device_plugs, extensions, sideload)
     data["hooks"] = _hooks(fixed["hooks"], device_plugs)
-    data["components"] = {c.name: _component(manifest, plan, c, catalog) for c in plan.components}
+    data["components"] = {c.name: _component(manifest, plan, c) for c in plan.components}
     data["parts"] = _parts(manifest.name, plan, catalog, fixed["parts"], source)
     return data
 
@@ -185,9 +186,7 @@ def _fit(text: str, limit: int = SUMMARY_LIMIT) -> str:
     return line if len(line) <= limit else line[: limit - 3].rstrip() + "..."
 
 
-def _component(
-    manifest: Manifest, plan: BuildPlan, comp: ComponentPlan, catalog: RuntimeCatalog
-) -> dict[str, Any]:
+def _component(manifest: Manifest, plan: BuildPlan, comp: ComponentPlan) -> dict[str, Any]:
     users = [e.name for e in plan.engines if comp.name in e.components]
     if comp.kind == "runtime":
         labels = ", ".join(comp.runtimes)

@@ -6,15 +6,16 @@ import json
 from pathlib import Path
 
 import click
-from pydantic import ValidationError
 
-from hwprobe.profile import HostProfile, error_message
+from hwprobe.load import load_host as hwprobe_load_host
+from hwprobe.profile import HostProfile
 from snapbuild.decision import Candidate, Decision
 from snapbuild.engine_rows import engine_rows
 from snapbuild.manifest import Manifest
 from snapbuild.manifest_loader import load_manifest, manifest_schema
-from snapbuild.selector import gib, select
+from snapbuild.selector import select
 from snapcommon.errors import NoEngineError, SnapbuildError, UsageError
+from snapcommon.sizes import memory as gib
 
 
 def load_host(host_root: str | None, host_file: str | None) -> HostProfile:
@@ -23,33 +24,12 @@ def load_host(host_root: str | None, host_file: str | None) -> HostProfile:
         raise UsageError(
             "--host-root and --host both given", resolution="give one of them, not both"
         )
-    if host_file:
-        try:
-            return HostProfile.from_json(Path(host_file).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise UsageError(
-                f"cannot read host profile {host_file}",
-                details=str(exc),
-                resolution="give a file written by `hwprobe --json`",
-            ) from None
-        except ValidationError as exc:
-            raise UsageError(
-                f"{host_file} is not a host profile",
-                details="\n".join(
-                    f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {error_message(e)}"
-                    for e in exc.errors()[:10]
-                ),
-                resolution="give a file written by `hwprobe --json`",
-            ) from None
-    import hwprobe
-
-    root = host_root or "/"
     if host_root and not Path(host_root).is_dir():
         raise UsageError(
             f"--host-root {host_root} is not a directory",
             resolution="give a machine root such as tests/data/machines/NAME/machine-root",
         )
-    return hwprobe.probe(root)
+    return hwprobe_load_host(profile=host_file, root=host_root)
 
 
 host_options = [

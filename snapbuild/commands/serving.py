@@ -143,8 +143,9 @@ def serve_cmd(
 @click.option("--json", "as_json", is_flag=True, help="Print where the files are, as JSON.")
 def fetch_cmd(model: str, engine: str | None, record: bool, as_json: bool) -> None:
     """Download MODEL's artifact for an engine into the cache (resumable, verified)."""
-    from snapbuild.artifacts import engine_artifact, fetch, fetch_recording, tqdm_progress
+    from snapbuild.artifacts import engine_artifact, fetch, tqdm_progress
     from snapbuild.manifest_loader import load_manifest, resolve
+    from snapbuild.recording import fetch_recording
 
     manifest = load_manifest(model)
     if engine is None and len({e.artifact for e in manifest.engines}) > 1:
@@ -193,6 +194,6 @@ def fetch_cmd(model: str, engine: str | None, record: bool, as_json: bool) -> No
 
 
 def _probe() -> HostProfile:
-    import hwprobe
+    from hwprobe.load import load_host
 
-    return hwprobe.probe()
+    return load_host()

@@ -25,6 +25,7 @@ from typing import Any, TypeGuard
 
 from pydantic import ValidationError
 
+from hwprobe.load import load_host
 from hwprobe.profile import HostProfile, error_message
 from snapcommon.errors import SnapbuildError
 
@@ -281,10 +282,8 @@ def machine_root_of(path: Path) -> Path | None:
 
 def probe_root(root: Path) -> HostProfile:
     """Probe a recorded machine root with the real prober (raises ValueError/OSError on failure)."""
-    import hwprobe
-
     try:
-        return hwprobe.probe(str(root))
+        return load_host(root=root)
     except SnapbuildError as exc:
         raise ValueError(exc.brief) from None
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from snapbuild.fleet.advice import Advice
 from snapbuild.fleet.planner import FleetPlan
+from snapcommon.sizes import gib as _gib
 
 EXAMPLES = 3  # hostnames quoted per summary group
 
@@ -177,10 +178,6 @@ def to_csv(plan: FleetPlan) -> str:
 
 def _blank(value: object) -> str:
     return "" if value is None else str(value)
-
-
-def _gib(value: int | None) -> str:
-    return "unknown" if value is None else f"{value / 1024**3:.1f} GiB"
 
 
 def to_text(plan: FleetPlan, advice: list[Advice]) -> str:

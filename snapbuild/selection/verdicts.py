@@ -9,14 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-GIB = 1024**3
+from snapcommon.sizes import memory as gib
 
-
-def gib(n: int | float) -> str:
-    """Bytes as GiB with one decimal (MiB below 1 GiB), the units people compare memory in."""
-    if n < GIB:
-        return f"{n / 1024**2:.0f} MiB"
-    return f"{n / GIB:.1f} GiB"
+__all__ = ["Verdicts", "gib"]
 
 
 @dataclass

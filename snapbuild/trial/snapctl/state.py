@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from snapcommon.files import write_atomically
+
 STATE_VAR = "SNAPCTL_STANDIN_STATE"
 STAGED_VAR = "SNAPCTL_STANDIN_COMPONENTS"
 HOOK_VAR = "SNAPCTL_STANDIN_HOOK"  # set by the hook runner: we are inside that hook
@@ -42,9 +44,7 @@ def read(name: str, default: Any) -> Any:
 def write(name: str, data: Any) -> None:
     """Replace a state file atomically (a concurrent reader never sees half of it)."""
     path = state_dir() / name
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_atomically(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 @contextlib.contextmanager
