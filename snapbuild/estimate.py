@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from functools import cache
-from typing import Any
 
 from pydantic import Field
 
@@ -23,18 +22,11 @@ from snapbuild.estimate_tables import (
     VocabularyRule,
     estimate_table,
     quantizations,
-    read_data,
 )
 from snapbuild.manifest import ModelFacts
 from snapcommon.model import KebabModel
 
 Family = str  # "llama.cpp", "openvino", "onnxruntime"
-
-
-@cache
-def _data(name: str) -> dict[str, Any]:
-    loaded: dict[str, Any] = read_data(name)
-    return loaded
 
 
 @cache

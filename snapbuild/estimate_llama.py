@@ -5,16 +5,15 @@ the full KV cache, n_ubatch logit rows); a GPU allocates all of it at load, whil
 the pages a real graph writes become resident, so the CPU's peak is a full prompt batch at the
 full context with one logit row per sequence, plus the CPU backend's separate work buffer (the
 attention scores converted to f16 without flash attention). The rules and where each comes
-from in llama.cpp are data (``snapbuild/data/llama_cpp_memory.yaml``); this module only applies
-them.
+from in llama.cpp are data (``snapbuild/data/llama_cpp_memory.yaml``, whose schema is
+:class:`snapbuild.estimate_tables.LlamaMemoryTable`); this module only applies them.
 :func:`plan_memory` is what the selector calls: steady state and peak, per device.
 """
 
 from __future__ import annotations
 
 import math
-from functools import cache
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
@@ -22,20 +21,13 @@ from snapbuild.estimate import (
     Breakdown,
     Family,
     ModelShape,
-    _data,
     estimate,
     host_overhead,
 )
+from snapbuild.estimate_tables import KvType, llama_memory
 from snapcommon.model import KebabModel
 
-KvType = Literal["f16", "q8_0", "q4_0"]
 Pool = Literal["ram", "vram"]
-
-
-@cache
-def rules() -> dict[str, Any]:
-    """``snapbuild/data/llama_cpp_memory.yaml``."""
-    return _data("llama_cpp_memory.yaml")
 
 
 class LlamaRun(KebabModel):
@@ -51,13 +43,13 @@ class LlamaRun(KebabModel):
     @classmethod
     def server(cls, slots: int = 4, kv_type: KvType = "f16") -> LlamaRun:
         """llama-server's defaults (``runs.server``) with ``slots`` parallel slots."""
-        d = rules()["runs"]["server"]
+        d = llama_memory().runs.server
         return cls(
             slots=slots,
             kv_type=kv_type,
-            flash_attn=bool(d["flash-attn"]),
-            n_batch=int(d["n-batch"]),
-            n_ubatch=int(d["n-ubatch"]),
+            flash_attn=d.flash_attn,
+            n_batch=d.n_batch,
+            n_ubatch=d.n_ubatch,
         )
 
 
@@ -76,8 +68,8 @@ def _pad(n: int, to: int) -> int:
 
 def cells(shape: ModelShape, context_size: int, run: LlamaRun) -> Cells:
     """llama_context::llama_context and llama_kv_cache_iswa's rules (see the data file)."""
-    kv = rules()["kv-cache"]
-    pad = int(kv["cell-padding"])
+    kv = llama_memory().kv_cache
+    pad = kv.cell_padding
     ctx = _pad(context_size, pad)
     unified = run.kv_unified or run.slots == 1
     streams = 1 if unified else run.slots
@@ -86,7 +78,7 @@ def cells(shape: ModelShape, context_size: int, run: LlamaRun) -> Cells:
     swa = 0
     if shape.sliding_window and shape.sliding_window_layers:
         window = shape.sliding_window * (run.slots if unified else 1) + tokens
-        swa = _pad(min(per, window), int(kv["swa-padding"]))
+        swa = _pad(min(per, window), kv.swa_padding)
     return Cells(streams=streams, full=per, swa=swa, tokens=tokens)
 
 
@@ -94,11 +86,11 @@ def kv_bytes(shape: ModelShape, context_size: int, run: LlamaRun) -> int:
     """K and V of every layer in the cache type, full layers at the context, local at theirs."""
     if shape.kind == "embeddings":
         return 0
-    t = rules()["kv-cache"]["types"][run.kv_type]
+    t = llama_memory().kv_cache.types[run.kv_type]
     c = cells(shape, context_size, run)
     swa_layers = min(shape.sliding_window_layers, shape.layers) if c.swa else 0
     elements = shape.kv_heads * (shape.key_size + shape.value_size)
-    per_cell_layer = elements * int(t["block-bytes"]) / int(t["block-elements"])
+    per_cell_layer = elements * t.block_bytes / t.block_elements
     layer_cells = (shape.layers - swa_layers) * c.full + swa_layers * c.swa
     return int(per_cell_layer * layer_cells * c.streams)
 
@@ -106,13 +98,13 @@ def kv_bytes(shape: ModelShape, context_size: int, run: LlamaRun) -> int:
 def _compute(shape: ModelShape, c: Cells, run: LlamaRun, outputs: int) -> int:
     """The largest set of tensors alive at once: an attention layer, a feed-forward layer, or
     the output (``compute`` in the data file)."""
-    r = rules()["compute"]
-    phases = r["flash-attn" if run.flash_attn else "no-flash-attn"]
-    mask_bytes = int(r["mask-bytes"]["flash-attn" if run.flash_attn else "no-flash-attn"])
+    r = llama_memory().compute
+    phases = r.flash_attn if run.flash_attn else r.no_flash_attn
+    mask_bytes = r.mask_bytes.flash_attn if run.flash_attn else r.mask_bytes.no_flash_attn
     t = c.tokens
     embd = shape.embedding_size or shape.attention_heads * shape.key_size
     ff = shape.feed_forward_size or 4 * embd
-    extra = float(r["extra-embd-rows"].get(shape.architecture, 0))
+    extra = r.extra_embd_rows.get(shape.architecture, 0.0)
     rows = {
         "embd": t * embd * 4,
         "kv": t * shape.kv_heads * shape.key_size * 4,
@@ -127,10 +119,11 @@ def _compute(shape: ModelShape, c: Cells, run: LlamaRun, outputs: int) -> int:
         **rows,
     }
     best = 0.0
-    for phase in phases.values():
-        total = sum(float(phase.get(k, 0)) * v for k, v in sizes.items())
+    for phase in (phases.attention, phases.feed_forward, phases.output):
+        per_row = phase.rows()
+        total = sum(per_row[k] * v for k, v in sizes.items())
         total += extra * rows["embd"]
-        if phase.get("masks"):
+        if phase.masks:
             total += masks
         best = max(best, total)
     return int(best)
@@ -143,19 +136,20 @@ def compute_reserved(shape: ModelShape, context_size: int, run: LlamaRun) -> int
 
 
 def _output_buffer(shape: ModelShape, run: LlamaRun) -> int:
-    per_slot = int(rules()["compute"]["output-buffer-rows-per-slot"])
+    per_slot = llama_memory().compute.output_buffer_rows_per_slot
     return per_slot * run.slots * (shape.vocab_size or 0) * 4
 
 
 def cpu_work_buffer(shape: ModelShape, c: Cells, run: LlamaRun) -> int:
     """The CPU backend's work buffer: the largest matrix product input it converts, the
     attention scores without flash attention (``cpu-work-buffer`` in the data file)."""
-    r = rules()["cpu-work-buffer"]["flash-attn" if run.flash_attn else "no-flash-attn"]
+    work = llama_memory().cpu_work_buffer
+    r = work.flash_attn if run.flash_attn else work.no_flash_attn
     embd = shape.embedding_size or shape.attention_heads * shape.key_size
     ff = shape.feed_forward_size or 4 * embd
     widest = c.full if shape.layers > (shape.sliding_window_layers if c.swa else 0) else c.swa
-    scores = c.tokens * widest * shape.attention_heads * float(r["score-bytes"])
-    return int(max(scores, c.tokens * ff * float(r["ff-bytes"])))
+    scores = c.tokens * widest * shape.attention_heads * r.score_bytes
+    return int(max(scores, c.tokens * ff * r.ff_bytes))
 
 
 def compute_peak(shape: ModelShape, context_size: int, run: LlamaRun) -> int:
@@ -169,8 +163,8 @@ def compute_peak(shape: ModelShape, context_size: int, run: LlamaRun) -> int:
 
 def compute_steady(shape: ModelShape, run: LlamaRun) -> int:
     """What a short prompt and decoding touch: a few tokens against the smallest KV view."""
-    pad = int(rules()["kv-cache"]["cell-padding"])
-    tokens = int(rules()["runs"]["steady-tokens"])
+    pad = llama_memory().kv_cache.cell_padding
+    tokens = llama_memory().runs.steady_tokens
     c = Cells(streams=1, full=pad, swa=pad if shape.sliding_window else 0, tokens=tokens)
     graph = _compute(shape, c, run, outputs=1)
     return graph + cpu_work_buffer(shape, c, run) + _output_buffer(shape, run)
@@ -178,16 +172,15 @@ def compute_steady(shape: ModelShape, run: LlamaRun) -> int:
 
 def device_overhead(device: str) -> int:
     """Runtime overhead of a device (CUDA context, BLAS workspace...), ``device-overhead``."""
-    table: dict[str, Any] = rules()["device-overhead"]
+    table = llama_memory().device_overhead
     if device not in table:
         raise KeyError(f"unknown device {device!r}; known: {', '.join(sorted(table))}")
-    return int(table[device]["bytes"])
+    return table[device].bytes
 
 
 def runtime_device(runtime_id: str) -> str:
     """The device-overhead key of a runtime id of runtimes/catalog.yaml."""
-    table: dict[str, str] = rules()["runtime-devices"]
-    return table.get(runtime_id, "cpu")
+    return llama_memory().runtime_devices.get(runtime_id, "cpu")
 
 
 class MemoryPlan(KebabModel):

@@ -14,35 +14,59 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
-from typing import Any
+from typing import Literal
 
-import yaml
+from pydantic import NonNegativeInt, PositiveInt, model_validator
 
-from snapbuild.decision import Serving
+from snapbuild.decision import DeviceClass, Serving
 from snapbuild.estimate import ModelShape, with_headroom
-from snapbuild.estimate_llama import LlamaRun, Pool, plan_memory, rules, runtime_device
+from snapbuild.estimate_llama import KvType, LlamaRun, Pool, plan_memory, runtime_device
+from snapbuild.estimate_tables import llama_memory, read_data
+from snapcommon.model import KebabModel
 from snapcommon.sizes import gib
 
 
+class ServingTable(KebabModel):
+    """The whole of ``snapbuild/data/serving.yaml``."""
+
+    schema_version: Literal[1]
+    preferred_slots: dict[DeviceClass, PositiveInt]
+    quantize_below_slots: dict[DeviceClass, PositiveInt]
+    kv_cache_types: tuple[KvType, ...]  # best quality first
+    kv_quality_floor: KvType
+    flash_attention: tuple[str, ...]  # runtime ids of runtimes/catalog.yaml
+    cache_reuse: NonNegativeInt
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ServingTable:
+        """f16 comes first (the fallback, and the only type without flash attention), each type
+        once, the floor among them."""
+        types = self.kv_cache_types
+        if not types or types[0] != "f16" or len(set(types)) != len(types):
+            raise ValueError("kv-cache-types must start with f16 and list each type once")
+        if self.kv_quality_floor not in types:
+            raise ValueError(
+                f"kv-quality-floor {self.kv_quality_floor} is not one of kv-cache-types"
+            )
+        return self
+
+
 @cache
-def serving_table() -> dict[str, Any]:
-    """``snapbuild/data/serving.yaml``."""
-    text = resources.files("snapbuild").joinpath("data", "serving.yaml").read_text("utf-8")
-    data: dict[str, Any] = yaml.safe_load(text)
-    return data
+def serving_table() -> ServingTable:
+    """``snapbuild/data/serving.yaml``, validated once per process."""
+    return ServingTable.model_validate(read_data("serving.yaml"))
 
 
-def kv_types(flash_attention: bool) -> list[str]:
+def kv_types(flash_attention: bool) -> list[KvType]:
     """KV-cache types allowed, best first, down to the quality floor; quantized types only
     with flash attention."""
     table = serving_table()
-    out: list[str] = []
-    for name in table["kv-cache-types"]:
+    out: list[KvType] = []
+    for name in table.kv_cache_types:
         if name != "f16" and not flash_attention:
             break
-        out.append(str(name))
-        if name == table["kv-quality-floor"]:
+        out.append(name)
+        if name == table.kv_quality_floor:
             break
     return out
 
@@ -51,22 +75,22 @@ def kv_types(flash_attention: bool) -> list[str]:
 class Option:
     """One (KV type, slots) configuration and what it needs."""
 
-    kv_type: str
+    kv_type: KvType
     slots: int
     kv_cache: int
     required: int
 
 
-def server_run(slots: int, kv_type: str, flash_attention: bool) -> LlamaRun:
+def server_run(slots: int, kv_type: KvType, flash_attention: bool) -> LlamaRun:
     """How llama-server runs with this configuration (llama.cpp's memory depends on it):
     its batch sizes, and one KV stream per slot (``--no-kv-unified``)."""
-    d = rules()["runs"]["server"]
+    d = llama_memory().runs.server
     return LlamaRun(
         slots=slots,
-        kv_type=kv_type,  # type: ignore[arg-type]
+        kv_type=kv_type,
         flash_attn=flash_attention,
-        n_batch=int(d["n-batch"]),
-        n_ubatch=int(d["n-ubatch"]),
+        n_batch=d.n_batch,
+        n_ubatch=d.n_ubatch,
         kv_unified=False,
     )
 
@@ -74,7 +98,7 @@ def server_run(slots: int, kv_type: str, flash_attention: bool) -> LlamaRun:
 def option(
     shape: ModelShape,
     context: int,
-    kv_type: str,
+    kv_type: KvType,
     slots: int,
     *,
     runtime: str = "llama.cpp-cpu",
@@ -95,23 +119,23 @@ def plan(
     context: int,
     *,
     runtime: str,
-    device: str,
+    device: DeviceClass,
     available: int | None,
     pool: str = "ram",
 ) -> Serving:
     """The serving configuration for ``context`` tokens per slot within ``available`` bytes
     (None: unknown, plan the preferred slots in f16)."""
     table = serving_table()
-    flash = runtime in table["flash-attention"]
-    preferred = int(table["preferred-slots"].get(device, 1))
-    enough = int(table["quantize-below-slots"].get(device, 1))
+    flash = runtime in table.flash_attention
+    preferred = table.preferred_slots.get(device, 1)
+    enough = table.quantize_below_slots.get(device, 1)
 
     def fits(o: Option) -> bool:
         return available is None or o.required <= available
 
     where: Pool = "vram" if pool == "vram" else "ram"
 
-    def sized(kv_type: str, slots: int) -> Option:
+    def sized(kv_type: KvType, slots: int) -> Option:
         return option(
             shape, context, kv_type, slots, runtime=runtime, flash_attention=flash, pool=where
         )
@@ -133,7 +157,7 @@ def plan(
         context_per_slot=context,
         kv_cache_type=best.kv_type,
         flash_attention=flash,
-        cache_reuse=int(table["cache-reuse"]),
+        cache_reuse=table.cache_reuse,
         kv_cache=best.kv_cache,
         required=best.required,
         why=_why(best, preferred, available),

@@ -3,15 +3,18 @@ attention; the data table agrees with ggml's block sizes and the runtime catalog
 
 from __future__ import annotations
 
+from typing import Any
+
 import gguf
 import pytest
+from pydantic import ValidationError
 
 from runtimes.catalog import load_catalog
 from runtimes.llamaserver import ServingConfig, from_plan
 from snapbuild.estimate import shape_from_facts
-from snapbuild.estimate_llama import rules
+from snapbuild.estimate_tables import llama_memory, read_data
 from snapbuild.manifest_loader import load_manifest
-from snapbuild.serving import kv_types, option, plan, serving_table
+from snapbuild.serving import ServingTable, kv_types, option, plan, serving_table
 
 GIB = 2**30
 
@@ -24,17 +27,39 @@ def _smol_shape():  # type: ignore[no-untyped-def]
 
 
 def test_kv_types_are_llama_cpps_with_ggml_block_sizes() -> None:
-    sizes = rules()["kv-cache"]["types"]
-    for name in serving_table()["kv-cache-types"]:
+    sizes = llama_memory().kv_cache.types
+    for name in serving_table().kv_cache_types:
         block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[name.upper()]]
-        assert (sizes[name]["block-elements"], sizes[name]["block-bytes"]) == (block, size), name
-    assert serving_table()["kv-quality-floor"] in serving_table()["kv-cache-types"]
+        assert (sizes[name].block_elements, sizes[name].block_bytes) == (block, size), name
+    assert serving_table().kv_quality_floor in serving_table().kv_cache_types
+
+
+def _serving_data(**changes: Any) -> dict[str, Any]:
+    data: dict[str, Any] = read_data("serving.yaml")
+    return {**data, **changes}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"kv-quality-floor": "q4_0", "kv-cache-types": ["f16", "q8_0"]}, "kv-quality-floor q4_0 "),
+        ({"kv-cache-types": ["q8_0", "f16"]}, "must start with f16"),
+        ({"kv-cache-types": ["f16", "q5_1"]}, "kv-cache-types.1\n  Input should be 'f16'"),
+        ({"preferred-slots": {"cpu": 0}}, "preferred-slots.cpu\n  Input should be greater"),
+        ({"preferred-slots": {"tpu": 2}}, r"preferred-slots.tpu.\[key\]\n  Input should be"),
+        ({"cache-reuse": "lots"}, "cache-reuse\n  Input should be a valid integer"),
+    ],
+)
+def test_a_broken_serving_table_is_rejected(changes: dict[str, Any], message: str) -> None:
+    assert ServingTable.model_validate(_serving_data()) == serving_table()
+    with pytest.raises(ValidationError, match=message):
+        ServingTable.model_validate(_serving_data(**changes))
 
 
 def test_flash_attention_and_catalog_agree() -> None:
     catalog = load_catalog()
     llama_ids = {e.id for e in catalog.runtimes if e.serving == "llama-server"}
-    assert set(serving_table()["flash-attention"]) <= llama_ids
+    assert set(serving_table().flash_attention) <= llama_ids
     assert {e.family for e in catalog.runtimes if e.serving == "llama-server"} == {"llama.cpp"}
 
 
