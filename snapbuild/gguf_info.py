@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from runtimes.gguf_file import GgufFile
 from snapbuild.estimate import ModelShape, token_heap_bytes
+from snapbuild.estimate_tables import read_data
 from snapcommon.errors import UsageError
+from snapcommon.model import KebabModel
 
 
 def read_gguf_shape(path: Path) -> ModelShape:
@@ -70,17 +74,25 @@ def vocab_tables(gguf: GgufFile) -> tuple[int | None, int]:
     return gguf.merge_count(), token_heap_bytes(gguf.token_lengths())
 
 
-SWA_LAYOUTS = Path(__file__).with_name("data") / "swa_layouts.yaml"
+class SwaLayout(KebabModel):
+    """One global layer in every ``period`` (the others use the sliding window)."""
+
+    period: int = Field(ge=2)  # 1 would make every layer global: no sliding window at all
+
+
+class SwaLayouts(KebabModel):
+    """The whole of ``snapbuild/data/swa_layouts.yaml``."""
+
+    schema_version: Literal[1]
+    architectures: dict[str, SwaLayout]  # GGUF general.architecture -> layout
 
 
 @cache
 def swa_periods() -> dict[str, int]:
-    """Architectures whose sliding-window layout llama.cpp fixes in code (data: one global layer
-    in every ``period``), from ``data/swa_layouts.yaml``."""
-    import yaml
-
-    data = yaml.safe_load(SWA_LAYOUTS.read_text(encoding="utf-8"))
-    return {str(arch): int(entry["period"]) for arch, entry in data["architectures"].items()}
+    """Architectures whose sliding-window layout llama.cpp fixes in code, with their period,
+    from ``data/swa_layouts.yaml`` (validated once per process)."""
+    table = SwaLayouts.model_validate(read_data("swa_layouts.yaml"))
+    return {arch: layout.period for arch, layout in table.architectures.items()}
 
 
 def sliding_layers(arch: str, layers: int, window: int | None, pattern: Any) -> int:

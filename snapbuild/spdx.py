@@ -10,35 +10,59 @@ parentheses, an id may end in ``+``, and ``WITH`` names an exception.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections import Counter
 from functools import cache
-from pathlib import Path
+from typing import Literal
 
-import yaml
+from pydantic import model_validator
 
-DATA = Path(__file__).with_name("data") / "snapd_licenses.yaml"
+from snapbuild.estimate_tables import read_data
+from snapcommon.model import KebabModel
+
 _TOKEN = re.compile(r"\(|\)|[^\s()]+")
 OPERATORS = ("AND", "OR", "WITH")
 
 
-@dataclass(frozen=True)
-class LicenseTable:
-    """The ids and exceptions snapd accepts (case-sensitive)."""
+class LicenseFile(KebabModel):
+    """The whole of ``snapd_licenses.yaml``: the ids and exceptions snapd accepts."""
 
-    licenses: frozenset[str]
+    schema_version: Literal[1]
+    spdx_list_version: str
+    extra_ids: tuple[str, ...] = ()  # accepted, not SPDX (Proprietary)
+    licenses: tuple[str, ...]
+    exceptions: tuple[str, ...]
+
+    @model_validator(mode="after")
+    def _tokens(self) -> LicenseFile:
+        """Every entry is one token of the grammar, and no id is listed twice, even in another
+        case (:func:`spdx_id` corrects a spelling by case, so that must be unambiguous)."""
+        entries = (*self.extra_ids, *self.licenses, *self.exceptions)
+        bad = [e for e in entries if _TOKEN.fullmatch(e) is None or e in ("(", ")", *OPERATORS)]
+        if bad:
+            raise ValueError(f"not a licence id: {', '.join(map(repr, bad))}")
+        folded = Counter(e.casefold() for e in entries)
+        twice = sorted(e for e in entries if folded[e.casefold()] > 1)
+        if twice:
+            raise ValueError(f"listed twice (ignoring case): {', '.join(twice)}")
+        return self
+
+
+class LicenseTable(KebabModel):
+    """What the check looks ids up in (case-sensitive, as snapd does)."""
+
+    licenses: frozenset[str]  # the SPDX ids and the extra ids
     exceptions: frozenset[str]
     list_version: str
 
 
 @cache
 def license_table() -> LicenseTable:
-    """The table from ``snapd_licenses.yaml`` (read once)."""
-    data = yaml.safe_load(DATA.read_text(encoding="utf-8"))
-    ids = [str(i) for i in data["licenses"]] + [str(i) for i in data.get("extra-ids", [])]
+    """``snapbuild/data/snapd_licenses.yaml``, validated once per process."""
+    data = LicenseFile.model_validate(read_data("snapd_licenses.yaml"))
     return LicenseTable(
-        frozenset(ids),
-        frozenset(str(e) for e in data["exceptions"]),
-        str(data["spdx-list-version"]),
+        licenses=frozenset((*data.licenses, *data.extra_ids)),
+        exceptions=frozenset(data.exceptions),
+        list_version=data.spdx_list_version,
     )
 
 
