@@ -8,17 +8,29 @@ import csv
 import io
 import json
 from pathlib import Path
+from typing import get_args
 
 import pytest
+from pydantic import ValidationError
 from support.fleet import FLEET_DATA, assert_golden, run_fleet
 
 from hwprobe.profile import HostProfile
 from snapbuild.decision import Decision
-from snapbuild.fleet.advice import CHANGES, _table, advise, counterfactuals
+from snapbuild.fleet.advice import (
+    CHANGES,
+    DETAILS,
+    NEEDS,
+    ChangeName,
+    CounterfactualTable,
+    advise,
+    counterfactuals,
+    read_table,
+)
 from snapbuild.fleet.inventory import read_inventories
 from snapbuild.fleet.planner import default_selector, plan_fleet
 from snapbuild.manifest import Manifest
 from snapbuild.manifest_loader import load_manifest
+from snapbuild.selection.hardware import hardware_table
 
 SKIPPED_JSONL = [
     "skipped fleet.jsonl:8: invalid JSON: Expecting value (column 36); write one complete JSON "
@@ -225,14 +237,39 @@ def test_bad_usage(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
 
 
 def test_counterfactual_data_and_code_agree() -> None:
-    """Every change named in data/counterfactuals.yaml exists in code, and none is unused."""
+    """Every change named in data/counterfactuals.yaml exists in code, and none is unused; the
+    drivers are for vendor ids hardware.yaml names (the messages' {vendor})."""
     named = {cf.change for cf in counterfactuals()}
-    assert named == set(CHANGES)
-    ids = [cf.id for cf in counterfactuals()]
-    assert len(ids) == len(set(ids))
+    assert named == set(CHANGES) == set(get_args(ChangeName)) == set(NEEDS) == set(DETAILS)
     for cf in counterfactuals():
         cf.message.format(hosts="2 hosts", have="have", move="to engine x", vendor="Intel")
-    assert set(_table()) == {"counterfactuals"}  # vendor names: hardware.yaml
+    for cf in counterfactuals():
+        assert set(cf.params.drivers or {}) <= set(hardware_table().vendor_names), cf.id
+
+
+@pytest.mark.parametrize(
+    ("index", "changes", "message"),
+    [
+        (0, {"change": "add-gpu"}, "counterfactuals.0.change\n  Input should be 'load-npu"),
+        (
+            0,
+            {"params": {"bytes": 1}},
+            "npu-driver: load-npu-driver takes params drivers, got bytes",
+        ),
+        (2, {"params": {}}, "ram-8g: add-memory takes params bytes, got none"),
+        (2, {"message": "{hosts} lack {vendor} RAM"}, "ram-8g: the message uses {vendor}; add-"),
+        (1, {"id": "npu-driver"}, "counterfactual ids listed twice: npu-driver"),
+    ],
+)
+def test_a_broken_counterfactual_table_is_rejected(
+    index: int, changes: dict[str, object], message: str
+) -> None:
+    data = read_table()
+    assert CounterfactualTable.model_validate(data).counterfactuals == counterfactuals()
+    entries = list(data["counterfactuals"])
+    entries[index] = {**entries[index], **changes}
+    with pytest.raises(ValidationError, match=message):
+        CounterfactualTable.model_validate({**data, "counterfactuals": entries})
 
 
 def test_advice_counts_hosts_not_profiles() -> None:

@@ -3,8 +3,9 @@
 For each distinct profile of a plan, each change listed in ``data/counterfactuals.yaml`` (load the
 NPU driver, bind the GPU driver, add RAM...) produces a counterfactual profile; the selector runs
 on it, and when it picks an engine it ranks above the host's current one (or any engine where
-none fit), the profile's hosts count toward that change. The changes are data; the functions here
-only know how to apply each kind of change to a profile.
+none fit), the profile's hosts count toward that change. The changes are data (typed by
+:class:`CounterfactualTable`, checked when loaded); the functions here only know how to apply
+each kind of change to a profile.
 """
 
 from __future__ import annotations
@@ -13,29 +14,92 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
-from typing import Any
+from string import Formatter
+from typing import Any, Literal
 
 import yaml
+from pydantic import PositiveInt, model_validator
 
 from hwprobe.profile import GpuFacts, HostProfile, MemoryFacts, NpuFacts, PciIds
 from snapbuild.decision import Decision
 from snapbuild.fleet.planner import FleetPlan, Selector
 from snapbuild.selection.hardware import vendor_name
+from snapcommon.model import KebabModel
 
-# A change: (profile, params) -> (changed profile, details for the message), or None when it
-# does not apply to this profile.
-Change = Callable[[HostProfile, dict[str, Any]], "tuple[HostProfile, dict[str, str]] | None"]
+ChangeName = Literal["load-npu-driver", "bind-gpu-driver", "add-memory"]
+# What each change needs in its params, and the details it adds to its message.
+NEEDS: dict[ChangeName, tuple[str, ...]] = {
+    "load-npu-driver": ("drivers",),
+    "bind-gpu-driver": ("drivers",),
+    "add-memory": ("bytes",),
+}
+DETAILS: dict[ChangeName, tuple[str, ...]] = {
+    "load-npu-driver": ("vendor",),
+    "bind-gpu-driver": ("vendor",),
+    "add-memory": (),
+}
+PLACEHOLDERS = ("hosts", "have", "move")  # what every message may use (see _message)
 
 
-@dataclass(frozen=True)
-class Counterfactual:
+class ChangeParams(KebabModel):
+    """A change's parameters: the kernel driver per vendor id, or the bytes of RAM added."""
+
+    drivers: dict[str, str] | None = None
+    bytes: PositiveInt | None = None
+
+
+class Counterfactual(KebabModel):
     """One change an operator could make, from data/counterfactuals.yaml."""
 
     id: str
-    change: str
-    params: dict[str, Any]
+    change: ChangeName
+    params: ChangeParams
     message: str
-    family: str  # of the changes of one family (more RAM), only the first that moves a host counts
+    # of the changes of one family (more RAM), only the first that moves a host counts
+    family: str | None = None
+
+    @property
+    def group(self) -> str:
+        """The family, or the change's own id when it has none."""
+        return self.family or self.id
+
+    @model_validator(mode="after")
+    def _fits_its_change(self) -> Counterfactual:
+        """The params the change reads and no others; only placeholders it can fill."""
+        given = sorted(k for k, v in self.params if v is not None)
+        if given != sorted(NEEDS[self.change]):
+            raise ValueError(
+                f"{self.id}: {self.change} takes params {', '.join(NEEDS[self.change])}, "
+                f"got {', '.join(given) or 'none'}"
+            )
+        known = (*PLACEHOLDERS, *DETAILS[self.change])
+        used = [name for _, name, _, _ in Formatter().parse(self.message) if name is not None]
+        unknown = ", ".join("{" + name + "}" for name in used if name not in known)
+        if unknown:
+            raise ValueError(
+                f"{self.id}: the message uses {unknown}; {self.change} fills {', '.join(known)}"
+            )
+        return self
+
+
+class CounterfactualTable(KebabModel):
+    """The whole of ``snapbuild/fleet/data/counterfactuals.yaml``."""
+
+    schema_version: Literal[1]
+    counterfactuals: tuple[Counterfactual, ...]
+
+    @model_validator(mode="after")
+    def _unique(self) -> CounterfactualTable:
+        ids = [cf.id for cf in self.counterfactuals]
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        if twice:
+            raise ValueError(f"counterfactual ids listed twice: {', '.join(twice)}")
+        return self
+
+
+# A change: (profile, params) -> (changed profile, details for the message), or None when it
+# does not apply to this profile.
+Change = Callable[[HostProfile, ChangeParams], "tuple[HostProfile, dict[str, str]] | None"]
 
 
 @dataclass(frozen=True)
@@ -59,12 +123,12 @@ class Advice:
 
 
 def load_npu_driver(
-    profile: HostProfile, params: dict[str, Any]
+    profile: HostProfile, params: ChangeParams
 ) -> tuple[HostProfile, dict[str, str]] | None:
     """NPUs whose driver is not known to be loaded get their vendor's driver, loaded."""
     if not any(n.driver_loaded is not True for n in profile.npus):
         return None
-    drivers: dict[str, str] = params.get("drivers", {})
+    drivers = params.drivers or {}
     vendor = next(n.vendor for n in profile.npus if n.driver_loaded is not True)
     npus = tuple(_with_npu_driver(n, drivers) for n in profile.npus)
     return replace(profile, npus=npus), {"vendor": vendor_name(vendor)}
@@ -78,10 +142,10 @@ def _with_npu_driver(npu: NpuFacts, drivers: dict[str, str]) -> NpuFacts:
 
 
 def bind_gpu_driver(
-    profile: HostProfile, params: dict[str, Any]
+    profile: HostProfile, params: ChangeParams
 ) -> tuple[HostProfile, dict[str, str]] | None:
     """GPUs whose PCI function has no driver bound get their vendor's kernel driver."""
-    drivers: dict[str, str] = params.get("drivers", {})
+    drivers = params.drivers or {}
     unbound = [g for g in profile.gpus if g.pci and not g.pci.driver and g.vendor in drivers]
     if not unbound:
         return None
@@ -97,10 +161,10 @@ def _with_gpu_driver(gpu: GpuFacts, drivers: dict[str, str]) -> GpuFacts:
 
 
 def add_memory(
-    profile: HostProfile, params: dict[str, Any]
+    profile: HostProfile, params: ChangeParams
 ) -> tuple[HostProfile, dict[str, str]] | None:
     """More RAM, total and available alike (unknown amounts stay unknown)."""
-    extra = int(params["bytes"])
+    extra = params.bytes or 0
     memory = profile.memory
     if memory.total is None:
         return None
@@ -113,32 +177,23 @@ def add_memory(
     return replace(profile, memory=grown), {}
 
 
-CHANGES: dict[str, Change] = {
+CHANGES: dict[ChangeName, Change] = {
     "load-npu-driver": load_npu_driver,
     "bind-gpu-driver": bind_gpu_driver,
     "add-memory": add_memory,
 }
 
 
-@cache
-def _table() -> dict[str, Any]:
+def read_table() -> Any:
+    """``data/counterfactuals.yaml`` as plain data (validate it before use)."""
     text = resources.files("snapbuild.fleet").joinpath("data/counterfactuals.yaml").read_text()
-    data: dict[str, Any] = yaml.safe_load(text)
-    return data
+    return yaml.safe_load(text)
 
 
+@cache
 def counterfactuals() -> tuple[Counterfactual, ...]:
-    """The changes tried on every profile, in the data file's order."""
-    return tuple(
-        Counterfactual(
-            e["id"],
-            e["change"],
-            dict(e.get("params") or {}),
-            e["message"],
-            e.get("family", e["id"]),
-        )
-        for e in _table()["counterfactuals"]
-    )
+    """The changes tried on every profile, in the data file's order (validated once)."""
+    return CounterfactualTable.model_validate(read_table()).counterfactuals
 
 
 def is_better(actual: Decision, changed: Decision) -> bool:
@@ -169,14 +224,14 @@ def advise(plan: FleetPlan, selector: Selector) -> list[Advice]:
         profile = plan.inventory.profiles[key]
         moved: set[str] = set()
         for cf in counterfactuals():
-            if cf.family in moved:
+            if cf.group in moved:
                 continue
             applied = CHANGES[cf.change](profile, cf.params)
             if applied is None:
                 continue
             changed = selector(plan.manifest, applied[0])
             if is_better(actual, changed):
-                moved.add(cf.family)
+                moved.add(cf.group)
                 old = actual.selected.engine if actual.selected else None
                 assert changed.selected is not None
                 group = (cf.id, old, changed.selected.engine, tuple(sorted(applied[1].items())))
