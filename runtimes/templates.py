@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from pydantic import Field, model_validator
 
 from runtimes.gguf_file import GgufFile
 from snapcommon.errors import UsageError
+from snapcommon.model import KebabModel
 
 DATA = Path(__file__).with_name("chat_templates.yaml")
 TEMPLATE_KEY = "tokenizer.chat_template"
@@ -31,15 +33,41 @@ TEMPLATE_KEY = "tokenizer.chat_template"
 TemplateSource = Literal["manifest", "gguf", "family", "none"]
 
 
-@dataclass(frozen=True)
-class Family:
+class Family(KebabModel):
     """One family's template and the markers its tokenizer must know."""
 
     name: str
-    architectures: tuple[str, ...]  # empty: any architecture
-    tokens: tuple[str, ...]
-    stop: tuple[str, ...]
+    architectures: tuple[str, ...] = ()  # empty: any architecture
+    tokens: tuple[str, ...] = Field(min_length=1)
+    stop: tuple[str, ...] = ()
     template: str
+
+    @model_validator(mode="after")
+    def _markers(self) -> Family:
+        """The template writes every marker it is chosen for, and the stop strings are markers
+        (so a stop never cuts an answer at a plain word)."""
+        unused = [t for t in self.tokens if t not in self.template]
+        if unused:
+            raise ValueError(f"{self.name}: the template never writes {', '.join(unused)}")
+        strays = [t for t in self.stop if t not in self.tokens]
+        if strays:
+            raise ValueError(f"{self.name}: stop strings {', '.join(strays)} are not its tokens")
+        return self
+
+
+class TemplateTable(KebabModel):
+    """The whole of ``runtimes/chat_templates.yaml``."""
+
+    schema_version: Literal[1]
+    families: tuple[Family, ...] = Field(min_length=1)  # first match wins
+
+    @model_validator(mode="after")
+    def _unique(self) -> TemplateTable:
+        names = [f.name for f in self.families]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"family names listed twice: {', '.join(twice)}")
+        return self
 
 
 @dataclass(frozen=True)
@@ -58,20 +86,15 @@ class TemplateChoice:
         return f"family:{self.family}" if self.family else self.source
 
 
+def read_table() -> Any:
+    """``chat_templates.yaml`` as plain data (validate it before use)."""
+    return yaml.safe_load(DATA.read_text(encoding="utf-8"))
+
+
 @cache
 def families() -> tuple[Family, ...]:
-    """The families of ``chat_templates.yaml``, in match order."""
-    data = yaml.safe_load(DATA.read_text(encoding="utf-8"))
-    return tuple(
-        Family(
-            name=str(f["name"]),
-            architectures=tuple(str(a) for a in f.get("architectures") or ()),
-            tokens=tuple(str(t) for t in f["tokens"]),
-            stop=tuple(str(t) for t in f.get("stop") or ()),
-            template=str(f["template"]),
-        )
-        for f in data["families"]
-    )
+    """The families of ``chat_templates.yaml``, in match order (validated once)."""
+    return TemplateTable.model_validate(read_table()).families
 
 
 def family_for(architecture: str, has_token: Callable[[str], bool]) -> Family | None:

@@ -12,11 +12,12 @@ from pathlib import Path
 import httpx
 import jinja2
 import pytest
+from pydantic import ValidationError
 from support.new_models import write_chat_gguf
 from support.serving import app_in_thread
 
 from runtimes.base import LoadOptions, Message, SamplingParams
-from runtimes.templates import choose_template, families
+from runtimes.templates import TemplateTable, choose_template, families, read_table
 
 GEMMA = ("<bos>", "<start_of_turn>", "<end_of_turn>", "<eos>")
 CHATML = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -68,6 +69,27 @@ def test_every_family_renders_and_uses_its_markers() -> None:
     for family in families():
         assert set(family.stop) <= set(family.tokens)
         assert all(token in family.template for token in family.tokens)
+
+
+@pytest.mark.parametrize(
+    ("index", "changes", "message"),
+    [
+        (0, {"tokens": ["<start_of_turn>", "<eot>"]}, "gemma: the template never writes <eot>"),
+        (1, {"stop": ["<|eot_id|>", "</s>"]}, "llama3: stop strings </s> are not its tokens"),
+        (2, {"tokens": []}, "families.2.tokens\n  Tuple should have at least 1 item"),
+        (2, {"name": "gemma"}, "family names listed twice: gemma"),
+        (0, {"roles": ["user"]}, "families.0.roles\n  Extra inputs are not permitted"),
+    ],
+)
+def test_a_broken_template_table_is_rejected(
+    index: int, changes: dict[str, object], message: str
+) -> None:
+    data = read_table()
+    assert TemplateTable.model_validate(data).families == families()
+    entries = list(data["families"])
+    entries[index] = {**entries[index], **changes}
+    with pytest.raises(ValidationError, match=message):
+        TemplateTable.model_validate({**data, "families": entries})
 
 
 def _adapter(path: Path) -> object:
