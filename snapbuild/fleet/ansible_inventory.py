@@ -22,17 +22,15 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
-
-import yaml
+from typing import Any
 
 from snapbuild.fleet.ansible_vars import (
     LEVEL_HOST,
     Parsed,
     Var,
-    is_null,
+    is_mapping,
     items,
-    line_of,
-    load_nodes,
+    load_yaml,
     resolve,
     yaml_vars,
 )
@@ -162,18 +160,18 @@ def _strip_port(pattern: str) -> str:
 def read_ansible_yaml(path: Path, inventory: Inventory) -> None:
     """A YAML inventory: groups with ``hosts``, ``children`` and ``vars``."""
     file = str(path)
-    loader = load_nodes(path, inventory)
-    if loader is None:
+    first_issue = len(inventory.issues)
+    loaded = load_yaml(path, inventory)
+    if loaded is None:
         return
-    node, constructor = loader
+    tree, line = loaded
     parsed = Parsed(path)
     parsed.group("all")
-    first_issue = len(inventory.issues)
-    if not isinstance(node, yaml.MappingNode):
-        inventory.report(file, line_of(node), "an Ansible YAML inventory is a mapping of groups")
+    if not is_mapping(tree):
+        inventory.report(file, line, "an Ansible YAML inventory is a mapping of groups")
         return
-    for name, key_node, value in items(node):
-        _yaml_group(parsed, inventory, constructor, name, key_node, value)
+    for name, key_line, value in items(tree):
+        _yaml_group(parsed, inventory, name, key_line, value)
     resolve(parsed, inventory)
     _sort_issues(inventory, first_issue)
 
@@ -185,63 +183,51 @@ def _sort_issues(inventory: Inventory, first: int) -> None:
     inventory.issues[first:] = mine
 
 
-def _yaml_group(
-    parsed: Parsed,
-    inventory: Inventory,
-    constructor: yaml.constructor.SafeConstructor,
-    name: str,
-    key_node: yaml.Node,
-    node: yaml.Node,
-) -> None:
+def _yaml_group(parsed: Parsed, inventory: Inventory, name: str, line: int, node: Any) -> None:
+    """A group written at ``line``: its hosts, children (groups too) and vars."""
     file = str(parsed.file)
     group = parsed.group(name)
-    if is_null(node):
+    if node is None:
         return
-    if not isinstance(node, yaml.MappingNode):
-        inventory.report(file, line_of(key_node), f"group {name!r} must be a mapping")
+    if not is_mapping(node):
+        inventory.report(file, line, f"group {name!r} must be a mapping")
         return
-    for key, sub_key, value in items(node):
+    for key, key_line, value in items(node):
         if key == "hosts":
-            _yaml_hosts(parsed, inventory, constructor, name, sub_key, value)
+            _yaml_hosts(parsed, inventory, name, key_line, value)
         elif key == "children":
-            if is_null(value):
+            if value is None:
                 continue
-            if not isinstance(value, yaml.MappingNode):
-                inventory.report(file, line_of(sub_key), f"children of {name!r} must be a mapping")
+            if not is_mapping(value):
+                inventory.report(file, key_line, f"children of {name!r} must be a mapping")
                 continue
-            for child, child_key, child_node in items(value):
+            for child, child_line, child_node in items(value):
                 group.children.append(child)
-                _yaml_group(parsed, inventory, constructor, child, child_key, child_node)
+                _yaml_group(parsed, inventory, child, child_line, child_node)
         elif key == "vars":
-            group.vars.update(yaml_vars(parsed, inventory, constructor, value, 0, sub_key))
+            group.vars.update(yaml_vars(parsed, inventory, value, 0, key_line))
         else:
             inventory.report(
                 file,
-                line_of(sub_key),
+                key_line,
                 f"group {name!r}: unknown key {key!r} (use hosts, children or vars)",
             )
 
 
-def _yaml_hosts(
-    parsed: Parsed,
-    inventory: Inventory,
-    constructor: yaml.constructor.SafeConstructor,
-    group: str,
-    key_node: yaml.Node,
-    node: yaml.Node,
-) -> None:
+def _yaml_hosts(parsed: Parsed, inventory: Inventory, group: str, line: int, node: Any) -> None:
+    """The ``hosts`` mapping (written at ``line``) of ``group``: patterns and their vars."""
     file = str(parsed.file)
-    if is_null(node):
+    if node is None:
         return
-    if not isinstance(node, yaml.MappingNode):
-        inventory.report(file, line_of(key_node), f"hosts of {group!r} must be a mapping")
+    if not is_mapping(node):
+        inventory.report(file, line, f"hosts of {group!r} must be a mapping")
         return
-    for pattern, host_key, value in items(node):
+    for pattern, host_line, value in items(node):
         try:
             names = expand_host_pattern(pattern)
         except ValueError as exc:
-            inventory.report(file, line_of(host_key), str(exc))
+            inventory.report(file, host_line, str(exc))
             continue
-        host_vars = yaml_vars(parsed, inventory, constructor, value, LEVEL_HOST, host_key)
+        host_vars = yaml_vars(parsed, inventory, value, LEVEL_HOST, host_line)
         for name in names:
-            parsed.host(name, line_of(host_key), group).vars.update(host_vars)
+            parsed.host(name, host_line, group).vars.update(host_vars)

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from ruamel.yaml.comments import CommentedMap
 
+from snapbuild import yaml_rt
 from snapbuild.fleet.inventory import (
     Inventory,
     machine_root_of,
@@ -71,61 +72,75 @@ class Parsed:
         return host
 
 
-# -- YAML nodes ----------------------------------------------------------------------------------
-def load_nodes(
-    path: Path, inventory: Inventory
-) -> tuple[yaml.Node, yaml.constructor.SafeConstructor] | None:
+# -- YAML ----------------------------------------------------------------------------------------
+# Files are read with ruamel.yaml's round-trip loader (:mod:`snapbuild.yaml_rt`, as manifests
+# are): its mappings carry the line of every key, which each message here names.
+def load_yaml(path: Path, inventory: Inventory) -> tuple[Any, int] | None:
+    """The document of ``path`` and the line where it starts; None (reported) when the file
+    cannot be read, is not YAML or is empty. Keys written twice are reported: the first is
+    read."""
     try:
-        text = path.read_text(encoding="utf-8")
-        loader = yaml.SafeLoader(text)
-        node = loader.get_single_node()
+        document = yaml_rt.load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         inventory.report(str(path), None, f"cannot read the file: {exc}")
         return None
-    except yaml.YAMLError as exc:
+    except yaml_rt.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         inventory.report(str(path), line, f"invalid YAML: {getattr(exc, 'problem', exc)}")
         return None
-    if node is None:
+    if document.tree is None:
         inventory.report(str(path), None, "the file is empty")
         return None
-    return node, loader
+    for loc, line in document.duplicates:
+        inventory.report(
+            str(path),
+            line,
+            f"{yaml_rt.field_name(loc)} appears twice: this one is ignored (merge the two)",
+        )
+    return document.tree, _start_line(document)
 
 
-def line_of(node: yaml.Node) -> int:
-    return int(node.start_mark.line) + 1
+def _start_line(document: yaml_rt.Document) -> int:
+    """Where the document's root starts: a container knows it; a lone scalar sits on the
+    first line that is not blank, a comment, a directive or a bare ``---``."""
+    if hasattr(document.tree, "lc"):
+        return int(document.tree.lc.line) + 1
+    for number, raw in enumerate(document.text.splitlines(), 1):
+        text = raw.strip()
+        if text and text[0] not in "#%" and text != "---":
+            return number
+    return 1
 
 
-def items(node: yaml.MappingNode) -> Iterator[tuple[str, yaml.Node, yaml.Node]]:
-    for key_node, value_node in node.value:
-        yield str(key_node.value), key_node, value_node
+def is_mapping(node: Any) -> bool:
+    return isinstance(node, dict)
+
+
+def items(mapping: CommentedMap) -> Iterator[tuple[str, int, Any]]:
+    """Each key (as text), the line it is written on, and its value."""
+    own = mapping.lc.data
+    for key, value in mapping.items():
+        at = own.get(key)
+        line = int(at[0]) if at is not None else int(mapping.lc.line)  # a merged (<<) key
+        yield str(key), line + 1, value
 
 
 def yaml_vars(
-    parsed: Parsed,
-    inventory: Inventory,
-    constructor: yaml.constructor.SafeConstructor,
-    node: yaml.Node,
-    level: int,
-    key_node: yaml.Node,
+    parsed: Parsed, inventory: Inventory, node: Any, level: int, key_line: int
 ) -> dict[str, Var]:
+    """The fact variables of a ``vars`` mapping (or a host's), written at ``key_line``."""
     file = str(parsed.file)
-    if is_null(node):
+    if node is None:
         return {}
-    if not isinstance(node, yaml.MappingNode):
-        inventory.report(file, line_of(key_node), "variables must be a mapping of name: value")
+    if not is_mapping(node):
+        inventory.report(file, key_line, "variables must be a mapping of name: value")
         return {}
     found = {}
-    for name, var_key, value in items(node):
+    for name, line, value in items(node):
         if name in FACT_VARS:
-            data = constructor.construct_object(value, deep=True)
-            found[name] = Var(data, f"{file}:{line_of(var_key)}", level)
+            found[name] = Var(yaml_rt.plain(value), f"{file}:{line}", level)
     return found
-
-
-def is_null(node: yaml.Node) -> bool:
-    return isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"
 
 
 # -- host_vars/ and group_vars/ ------------------------------------------------------------------
@@ -133,11 +148,11 @@ def _vars_file(folder: Path, name: str, inventory: Inventory, level: int) -> dic
     for suffix in (".yml", ".yaml", ".json"):
         path = folder / f"{name}{suffix}"
         if path.is_file():
-            loaded = load_nodes(path, inventory)
+            loaded = load_yaml(path, inventory)
             if loaded is None:
                 return {}
-            node, constructor = loaded
-            return yaml_vars(Parsed(path), inventory, constructor, node, level, node)
+            tree, line = loaded
+            return yaml_vars(Parsed(path), inventory, tree, level, line)
     return {}
 
 
