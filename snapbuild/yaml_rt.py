@@ -12,6 +12,7 @@ line wrapping; quotes kept), so the loader and the recorder read YAML the same w
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.constructor import RoundTripConstructor
 from ruamel.yaml.error import YAMLError
+from ruamel.yaml.resolver import VersionedResolver
 from ruamel.yaml.scalarbool import ScalarBoolean
 
 Loc = tuple[str | int, ...]
@@ -52,6 +54,24 @@ class _KeepFirst(RoundTripConstructor):
         return True
 
 
+_BOOL = "tag:yaml.org,2002:bool"
+# PyYAML's YAML 1.1 booleans: ruamel's 1.1 rules also read y/Y/n/N as booleans, PyYAML does not.
+_PYYAML_BOOL = re.compile(
+    "^(?:yes|Yes|YES|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF)$"
+)
+
+
+class _PyYamlResolver(VersionedResolver):
+    """Resolves plain scalars as PyYAML does, so that a key or host named ``n`` stays text."""
+
+    @property
+    def versioned_resolver(self) -> Any:
+        table = super().versioned_resolver
+        for first, rules in table.items():
+            table[first] = [(tag, _PYYAML_BOOL if tag == _BOOL else rx) for tag, rx in rules]
+        return table
+
+
 @dataclass
 class Document:
     """A loaded YAML document: the round-trip tree (positions, comments) and the text it came
@@ -65,6 +85,7 @@ class Document:
 def _yaml(mapping: int = 2, offset: int = 2) -> YAML:
     yaml = YAML(typ="rt")
     yaml.Constructor = _KeepFirst
+    yaml.Resolver = _PyYamlResolver
     yaml.version = (1, 1)  # yes/no/on/off are booleans, as PyYAML (and snapcraft) read them
     yaml.preserve_quotes = True
     yaml.width = 1 << 16  # never fold a long line

@@ -215,3 +215,41 @@ def test_unreadable_ansible_inventories(tmp_path: Path) -> None:
         f"{inline}:3: host 'h3': expected key=value, got 'odd' (quote values with spaces, e.g. "
         "hwprobe='{...}')",
     ]
+
+
+def test_yaml_inventory_lines_merges_and_repeated_keys(tmp_path: Path) -> None:
+    """Lines come from ruamel.yaml's positions: a key written twice is reported where it
+    repeats (the first is read), a merge key (<<) brings its anchor's variables, a lone scalar
+    is placed after the comments above it; a host named n stays "n" (YAML 1.1 as PyYAML and
+    Ansible read it, not a boolean)."""
+    profile = FLEET_DATA / "ansible" / "profiles" / "raspberry-pi-5.json"
+    inventory_file = tmp_path / "inventory.yml"
+    inventory_file.write_text(
+        "# shared facts\n"
+        "x-pi: &pi\n"
+        f"  hwprobe_profile_file: {profile}\n"
+        "all:\n"
+        "  hosts:\n"
+        "    pi-a:\n"
+        "      <<: *pi\n"
+        "    n:\n"
+        "      <<: *pi\n"
+        "    pi-b:\n"
+        "      hwprobe_profile_file: nowhere.json\n"
+        "    pi-b:\n"
+        "      hwprobe_profile_file: elsewhere.json\n"
+        "  hosts: []\n"
+    )
+    scalar = tmp_path / "scalar.yml"
+    scalar.write_text("# not an inventory\n\n---\nkiosk01\n")
+    inventory = read_inventories([inventory_file, scalar])
+    assert hosts_of(inventory) == [("pi-a", f"{inventory_file}:6"), ("n", f"{inventory_file}:8")]
+    assert issues_of(inventory) == [
+        f"{inventory_file}:3: group 'x-pi': unknown key 'hwprobe_profile_file' (use hosts, "
+        "children or vars)",
+        f"{inventory_file}:10: host 'pi-b': hwprobe_profile_file ({inventory_file}:11): "
+        "nowhere.json does not exist (paths are relative to the inventory file)",
+        f"{inventory_file}:12: all.hosts.pi-b appears twice: this one is ignored (merge the two)",
+        f"{inventory_file}:14: all.hosts appears twice: this one is ignored (merge the two)",
+        f"{scalar}:4: an Ansible YAML inventory is a mapping of groups",
+    ]

@@ -119,10 +119,10 @@ def is_mapping(node: Any) -> bool:
 
 def items(mapping: CommentedMap) -> Iterator[tuple[str, int, Any]]:
     """Each key (as text), the line it is written on, and its value."""
-    own = mapping.lc.data
+    own = mapping.lc.data or {}  # None when every key came from a merge
     for key, value in mapping.items():
         at = own.get(key)
-        line = int(at[0]) if at is not None else int(mapping.lc.line)  # a merged (<<) key
+        line = int(at[0]) if at is not None else int(mapping.lc.line or 0)  # a merged (<<) key
         yield str(key), line + 1, value
 
 
