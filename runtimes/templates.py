@@ -25,7 +25,7 @@ from pydantic import Field, model_validator
 
 from runtimes.gguf_file import GgufFile
 from snapcommon.errors import UsageError
-from snapcommon.model import KebabModel
+from snapcommon.model import KebabModel, repeated
 
 DATA = Path(__file__).with_name("chat_templates.yaml")
 TEMPLATE_KEY = "tokenizer.chat_template"
@@ -63,8 +63,7 @@ class TemplateTable(KebabModel):
 
     @model_validator(mode="after")
     def _unique(self) -> TemplateTable:
-        names = [f.name for f in self.families]
-        twice = sorted({n for n in names if names.count(n) > 1})
+        twice = repeated(f.name for f in self.families)
         if twice:
             raise ValueError(f"family names listed twice: {', '.join(twice)}")
         return self

@@ -10,6 +10,9 @@ where pydantic's validation is the point. Both share one key convention,
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
+
 from pydantic import BaseModel, ConfigDict
 
 from snapcommon.plain import kebab
@@ -28,3 +31,9 @@ class KebabModel(BaseModel):
     def to_data(self) -> dict[str, object]:
         """Plain JSON-ready data with kebab-case keys."""
         return self.model_dump(mode="json", by_alias=True)
+
+
+def repeated(values: Iterable[str]) -> list[str]:
+    """The values listed more than once, sorted: what a data table's unique-id check names."""
+    counts = Counter(values)
+    return sorted(v for v, n in counts.items() if n > 1)

@@ -24,7 +24,7 @@ from hwprobe.profile import GpuFacts, HostProfile, MemoryFacts, NpuFacts, PciIds
 from snapbuild.decision import Decision
 from snapbuild.fleet.planner import FleetPlan, Selector
 from snapbuild.selection.hardware import vendor_name
-from snapcommon.model import KebabModel
+from snapcommon.model import KebabModel, repeated
 
 ChangeName = Literal["load-npu-driver", "bind-gpu-driver", "add-memory"]
 # What each change needs in its params, and the details it adds to its message.
@@ -90,8 +90,7 @@ class CounterfactualTable(KebabModel):
 
     @model_validator(mode="after")
     def _unique(self) -> CounterfactualTable:
-        ids = [cf.id for cf in self.counterfactuals]
-        twice = sorted({i for i in ids if ids.count(i) > 1})
+        twice = repeated(cf.id for cf in self.counterfactuals)
         if twice:
             raise ValueError(f"counterfactual ids listed twice: {', '.join(twice)}")
         return self
