@@ -156,18 +156,23 @@ async def open_stream(socket_path: str, path: str, body: bytes) -> Stream:
     return Stream(protocol, status)
 
 
+def not_answering(exc: BaseException) -> ApiError:
+    """The 503 for a child that does not answer (it is being restarted)."""
+    return ApiError(
+        503,
+        f"llama-server is not answering ({exc.__class__.__name__}); it is being restarted, "
+        "check GET /health",
+        type="service_unavailable",
+        code="model_not_ready",
+    )
+
+
 async def stream_request(socket: str, path: str, body: dict[str, Any]) -> Stream:
     """Open a streamed request; a child that is not answering is a 503, not a crash."""
     try:
         return await open_stream(socket, path, dumps(body))
     except (OSError, TimeoutError) as exc:
-        raise ApiError(
-            503,
-            f"llama-server is not answering ({exc.__class__.__name__}); it is being restarted, "
-            "check GET /health",
-            type="service_unavailable",
-            code="model_not_ready",
-        ) from exc
+        raise not_answering(exc) from exc
 
 
 async def post(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> httpx.Response:
@@ -175,13 +180,7 @@ async def post(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> ht
     try:
         return await client.post(path, json=body)
     except httpx.HTTPError as exc:
-        raise ApiError(
-            503,
-            f"llama-server is not answering ({exc.__class__.__name__}); it is being restarted, "
-            "check GET /health",
-            type="service_unavailable",
-            code="model_not_ready",
-        ) from exc
+        raise not_answering(exc) from exc
 
 
 async def cancellable(call: Any, request: Request) -> httpx.Response | None:
