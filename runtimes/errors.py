@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-from runtimes import schemas as s
+from runtimes import answers as a
 
 
 class ApiError(Exception):
@@ -35,7 +35,7 @@ class ApiError(Exception):
 
     def body(self) -> dict[str, Any]:
         """The error object."""
-        error = s.ErrorBody(message=self.message, type=self.type, param=self.param, code=self.code)
+        error = a.ErrorBody(message=self.message, type=self.type, param=self.param, code=self.code)
         return {"error": error.model_dump()}
 
 

@@ -22,7 +22,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, S
 from typing import Any
 
 from fastapi import Request, Response
-from fastapi.responses import StreamingResponse
 
 from runtimes import schemas as s
 from runtimes.base import (
@@ -36,11 +35,10 @@ from runtimes.base import (
 from runtimes.errors import ApiError, unsupported
 from runtimes.metrics import Metrics
 from runtimes.scheduler import EngineQueue
+from runtimes.sse import DONE, HEAD_GRACE_S, KEEPALIVE_S, TokenClock, event, streaming
 
 log = logging.getLogger("snapbuild.runtimes.local")
 
-HEAD_GRACE_S = 0.25
-KEEPALIVE_S = 2.0
 MAX_EMBEDDING_INPUTS = 2048
 
 
@@ -235,11 +233,7 @@ class LocalEngine:
         watcher.cancel()  # from here Starlette notices disconnects and closes the stream
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         stream = _Stream(self.metrics, model, ident, created, chat, include_usage, started)
-        return StreamingResponse(
-            stream.events(first, deltas),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        return streaming(stream.events(first, deltas))
 
 
 def _params(
@@ -325,8 +319,7 @@ class _Stream:
         self.created = created
         self.chat = chat
         self.include_usage = include_usage
-        self.started = started
-        self.last: float | None = None
+        self.clock = TokenClock(metrics, started)
 
     def chunk(self, choices: list[dict[str, Any]], usage: Usage | None = None) -> bytes:
         data: dict[str, Any] = {
@@ -338,7 +331,7 @@ class _Stream:
         }
         if usage is not None:
             data["usage"] = _usage(usage)
-        return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+        return event(data)
 
     def piece(self, text: str | None, reason: str | None = None, *, role: bool = False) -> bytes:
         if self.chat:
@@ -355,12 +348,7 @@ class _Stream:
         )
 
     def timed(self, text: str) -> bytes:
-        now = time.monotonic()
-        if self.last is None:
-            self.metrics.observe("time_to_first_token_seconds", now - self.started)
-        else:
-            self.metrics.observe("inter_token_latency_seconds", now - self.last)
-        self.last = now
+        self.clock.tick()
         return self.piece(text)
 
     async def events(
@@ -392,19 +380,18 @@ class _Stream:
             if self.include_usage:
                 yield self.chunk([], usage)
         except ApiError as exc:
-            yield b"data: " + json.dumps(exc.body()).encode() + b"\n\n"
+            yield event(exc.body())
         except UnsupportedError as exc:
-            yield b"data: " + json.dumps(ApiError(400, exc.brief).body()).encode() + b"\n\n"
+            yield event(ApiError(400, exc.brief).body())
         except Exception as exc:  # the stream has started: report in-band, keep the server up
             log.exception("generation failed mid-stream")
-            body = ApiError(500, f"generation failed: {exc}", type="server_error").body()
-            yield b"data: " + json.dumps(body).encode() + b"\n\n"
+            yield event(ApiError(500, f"generation failed: {exc}", type="server_error").body())
         finally:
             if not first.done():
                 first.cancel()
             with contextlib.suppress(Exception):
                 await deltas.aclose()
-        yield b"data: [DONE]\n\n"
+        yield DONE
 
 
 def _encode(vector: list[float], encoding: str) -> list[float] | str:

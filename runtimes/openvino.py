@@ -91,10 +91,10 @@ class OpenVinoAdapter(RuntimeAdapter):
             else:
                 self.pipe = openvino_genai.LLMPipeline(path, self.device, **config)
         except Exception as exc:  # OpenVINO raises plain RuntimeError with long texts
-            raise RuntimeFailure(
+            raise load_failure(
                 f"OpenVINO could not load {self.options.artifact} on {self.device}",
-                details=str(exc).strip().splitlines()[0] if str(exc).strip() else None,
-                resolution="check the device is present (hwprobe) and the artifact is complete",
+                exc,
+                "check the device is present (hwprobe) and the artifact is complete",
             ) from exc
         self.tokenizer = self.pipe.get_tokenizer()
         if self.batched:
@@ -341,3 +341,11 @@ def _token_streamer_class() -> type[Any]:
 def _token_streamer(tokenizer: Any, pieces: queue.Queue[Any], stop: Callable[[], bool]) -> Any:
     """A token streamer for ``LLMPipeline.generate`` that puts text on ``pieces``."""
     return _token_streamer_class()(tokenizer, pieces, stop)
+
+
+def load_failure(brief: str, exc: Exception, resolution: str) -> RuntimeFailure:
+    """OpenVINO's load error as ours: its long RuntimeError text cut to its first line."""
+    text = str(exc).strip()
+    return RuntimeFailure(
+        brief, details=text.splitlines()[0] if text else None, resolution=resolution
+    )

@@ -20,8 +20,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from runtimes.base import Delta, LoadOptions, Message, RuntimeFailure, SamplingParams
-from runtimes.openvino import OpenVinoAdapter
+from runtimes.base import Delta, LoadOptions, Message, SamplingParams
+from runtimes.openvino import OpenVinoAdapter, load_failure
 
 VISION_MODEL = "openvino_vision_embeddings_model.xml"
 
@@ -81,10 +81,10 @@ class OpenVinoVisionAdapter(OpenVinoAdapter):
         try:
             self.pipe = openvino_genai.VLMPipeline(str(self.options.artifact), device)
         except Exception as exc:  # OpenVINO raises plain RuntimeError with long texts
-            raise RuntimeFailure(
+            raise load_failure(
                 f"OpenVINO could not load the vision model {self.options.artifact} on {device}",
-                details=str(exc).strip().splitlines()[0] if str(exc).strip() else None,
-                resolution="check the IR is complete (snapbuild fetch) and the device present",
+                exc,
+                "check the IR is complete (snapbuild fetch) and the device present",
             ) from exc
         self.tokenizer = self.pipe.get_tokenizer()
 

@@ -23,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from runtimes import answers as a
 from runtimes import schemas as s
 from runtimes.errors import ApiError
 from runtimes.images import ImagePolicy, check_request
@@ -121,7 +122,7 @@ class ServerState:
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": s.ErrorResponse, "description": text}
+    code: {"model": a.ErrorResponse, "description": text}
     for code, text in (
         (400, "Malformed JSON, context overflow, or an operation the engine does not support"),
         (404, "Unknown model id"),
@@ -179,12 +180,12 @@ def _validation_error(errors: Sequence[Any]) -> ApiError:
 def install_routes(app: FastAPI, state: ServerState) -> None:
     """The endpoints, answering from ``state``."""
 
-    @app.get("/health", response_model=s.Health, responses={503: {"model": s.Health}})
+    @app.get("/health", response_model=a.Health, responses={503: {"model": a.Health}})
     async def health() -> JSONResponse:
         """200 once the engine is ready and warmed up; 503 while loading, restarting, or after
         a failure (``detail`` says what happened)."""
         status, detail = state.current()
-        body = s.Health(
+        body = a.Health(
             status=status,  # type: ignore[arg-type]
             model=state.model_id,
             engine=state.engine_name,
@@ -194,7 +195,7 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
             inputs=list(state.inputs),
             detail=detail,
             runtime_info=state.engine.describe(),
-            generations=s.QueueStats(**state.engine.stats()),
+            generations=a.QueueStats(**state.engine.stats()),
         )
         return JSONResponse(body.model_dump(), status_code=200 if status == "ok" else 503)
 
@@ -213,21 +214,21 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
         page = resources.files("runtimes").joinpath("chat.html").read_text(encoding="utf-8")
         return HTMLResponse(page.replace("{{MODEL}}", _html_escape(state.model_id)))
 
-    @app.get("/v1/models", response_model=s.ModelList)
-    async def models() -> s.ModelList:
+    @app.get("/v1/models", response_model=a.ModelList)
+    async def models() -> a.ModelList:
         """The one model this server serves; its id is the snap's name."""
-        return s.ModelList(data=[_card(state)])
+        return a.ModelList(data=[_card(state)])
 
-    @app.get("/v1/models/{model}", response_model=s.ModelCard, responses=ERRORS)
-    async def model(model: str) -> s.ModelCard:
+    @app.get("/v1/models/{model}", response_model=a.ModelCard, responses=ERRORS)
+    async def model(model: str) -> a.ModelCard:
         """One model by id."""
         _check_model(state, model)
         return _card(state)
 
     @app.post(
         "/v1/chat/completions",
-        response_model=s.ChatCompletion,
-        responses={**ERRORS, 200: _stream_doc(s.ChatCompletionChunk)},
+        response_model=a.ChatCompletion,
+        responses={**ERRORS, 200: _stream_doc(a.ChatCompletionChunk)},
     )
     async def chat(body: s.ChatCompletionRequest, request: Request) -> Any:
         """Chat with the model; ``stream: true`` answers server-sent events ending in [DONE]."""
@@ -240,8 +241,8 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
 
     @app.post(
         "/v1/completions",
-        response_model=s.Completion,
-        responses={**ERRORS, 200: _stream_doc(s.Completion)},
+        response_model=a.Completion,
+        responses={**ERRORS, 200: _stream_doc(a.Completion)},
     )
     async def completions(body: s.CompletionRequest, request: Request) -> Any:
         """Continue a prompt; ``stream: true`` answers server-sent events ending in [DONE]."""
@@ -254,7 +255,7 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
             raise ApiError(400, "the prompt is empty; give some text", param="prompt")
         return await state.engine.completions(payload, request)
 
-    @app.post("/v1/embeddings", response_model=s.EmbeddingList, responses=ERRORS)
+    @app.post("/v1/embeddings", response_model=a.EmbeddingList, responses=ERRORS)
     async def embeddings(body: s.EmbeddingRequest, request: Request) -> Any:
         """Embed one text or a list of texts, where the engine computes embeddings."""
         _check_ready(state, body.model, "embeddings")
@@ -289,8 +290,8 @@ def _stream_doc(chunk: type[Any]) -> dict[str, Any]:
     }
 
 
-def _card(state: ServerState) -> s.ModelCard:
-    return s.ModelCard(id=state.model_id, created=state.created, inputs=list(state.inputs))  # type: ignore[arg-type]
+def _card(state: ServerState) -> a.ModelCard:
+    return a.ModelCard(id=state.model_id, created=state.created, inputs=list(state.inputs))  # type: ignore[arg-type]
 
 
 def _check_model(state: ServerState, model: str) -> None:

@@ -6,7 +6,8 @@ own threads. httpx (h11 in Python, anyio cancel scopes, a connection pool) cost 
 a byte-for-byte proxy per token, so streams use this small client instead: one connection per
 stream over the child's Unix socket, parsed by httptools (llhttp, in C: the parser uvicorn itself
 uses), body pieces handed over as they arrive, reading paused while the consumer lags. Short
-calls (health, warm-up, whole responses, embeddings) keep httpx, where its comfort costs nothing.
+calls (health, warm-up, whole responses, embeddings) keep httpx, where its comfort costs nothing;
+either way a child that does not answer is a 503 that says so, never a crash.
 
 Closing the stream closes the connection, which is how llama-server learns that a client has gone
 and frees its slot.
@@ -16,10 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 from collections.abc import AsyncIterator
-from typing import cast
+from typing import Any, cast
 
 import httptools
+import httpx
+from fastapi import Request
+
+from runtimes.errors import ApiError
+from runtimes.sse import dumps
 
 HIGH_WATER = 256 * 1024  # bytes queued before reading from llama-server pauses
 CONNECT_TIMEOUT_S = 10.0
@@ -147,3 +154,69 @@ async def open_stream(socket_path: str, path: str, body: bytes) -> Stream:
         transport.close()
         raise
     return Stream(protocol, status)
+
+
+def not_answering(exc: BaseException) -> ApiError:
+    """The 503 for a child that does not answer (it is being restarted)."""
+    return ApiError(
+        503,
+        f"llama-server is not answering ({exc.__class__.__name__}); it is being restarted, "
+        "check GET /health",
+        type="service_unavailable",
+        code="model_not_ready",
+    )
+
+
+async def stream_request(socket: str, path: str, body: dict[str, Any]) -> Stream:
+    """Open a streamed request; a child that is not answering is a 503, not a crash."""
+    try:
+        return await open_stream(socket, path, dumps(body))
+    except (OSError, TimeoutError) as exc:
+        raise not_answering(exc) from exc
+
+
+async def post(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> httpx.Response:
+    """POST to llama-server; a child that is not answering is a 503, not a crash."""
+    try:
+        return await client.post(path, json=body)
+    except httpx.HTTPError as exc:
+        raise not_answering(exc) from exc
+
+
+async def cancellable(call: Any, request: Request) -> httpx.Response | None:
+    """Await ``call``; cancel it (closing the upstream connection, which stops llama-server's
+    task) when the client hangs up first. None when it did."""
+    task = asyncio.ensure_future(call)
+    while True:
+        finished, _ = await asyncio.wait({task}, timeout=0.1)
+        if finished:
+            result: httpx.Response = task.result()
+            return result
+        if await request.is_disconnected():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            return None
+
+
+async def native_tools(client: httpx.AsyncClient) -> bool:
+    """Whether llama-server's chat template renders tools and tool calls itself."""
+    try:
+        caps = (await client.get("/props", timeout=10)).json().get("chat_template_caps") or {}
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return False
+    return bool(caps.get("supports_tools") and caps.get("supports_tool_calls"))
+
+
+async def warm_chat(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        "/v1/completions", json={"prompt": "Hello", "max_tokens": 1, "seed": 0}, timeout=300
+    )
+    if response.status_code != 200:
+        raise RuntimeError(f"warm-up answered {response.status_code}: {response.text[:300]}")
+
+
+async def warm_embeddings(client: httpx.AsyncClient) -> None:
+    response = await client.post("/v1/embeddings", json={"input": "Hello"}, timeout=300)
+    if response.status_code != 200:
+        raise RuntimeError(f"warm-up answered {response.status_code}: {response.text[:300]}")

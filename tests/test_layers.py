@@ -152,3 +152,21 @@ def test_relative_imports_resolve_to_their_package(tmp_path: Path) -> None:
     assert list(imported_modules(tree, "low.sub.mod", False)) == [(1, "high")]
     package = ast.parse("from . import a\nfrom .b import c\n")
     assert list(imported_modules(package, "low.sub", True)) == [(1, "low.sub"), (2, "low.sub.b")]
+
+
+def test_the_snap_never_imports_what_the_builder_leaves_out() -> None:
+    """``snaps`` runs inside the snap, where the toolkit-only modules (the trial machinery and
+    its snapctl stand-in) are not vendored: importing one there would fail only on a user's
+    machine."""
+    from snapbuild.build.render import TOOLKIT_ONLY
+
+    left_out = tuple(path.replace("/", ".") for path in TOOLKIT_ONLY)
+    assert "snapbuild.trial" in left_out
+    found = []
+    for path in sorted((ROOT / "snaps").rglob("*.py")):
+        module = module_name(ROOT, path)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for line, imported in imported_modules(tree, module, path.name == "__init__.py"):
+            if any(imported == name or imported.startswith(name + ".") for name in left_out):
+                found.append(f"{path.relative_to(ROOT).as_posix()}:{line}: {imported}")
+    assert found == []
