@@ -130,7 +130,7 @@ def test_every_vendor_a_message_names_has_a_name() -> None:
     name the vendors of the counterfactual drivers and of the catalog with it."""
     from snapbuild.fleet.advice import counterfactuals
 
-    drivers = {v for cf in counterfactuals() for v in cf.params.get("drivers", {})}
+    drivers = {v for cf in counterfactuals() for v in cf.params.drivers or {}}
     assert drivers
     assert drivers <= set(hardware_table().vendor_names)
     assert {v for r in load_catalog().runtimes for v in r.vendors} <= set(
