@@ -279,3 +279,18 @@ def test_advice_counts_hosts_not_profiles() -> None:
     assert [(a.change, a.hosts, a.from_engine, a.to_engine) for a in advice] == [
         ("npu-driver", 3, "cpu-avx2", "intel-npu")
     ]
+
+
+def test_the_fast_json_encoder_writes_exactly_the_plan_data() -> None:
+    """``to_json`` hand-assembles 100,000-host documents for speed; ``plan_data`` is what it
+    must mean. Over a fleet with skipped entries, advice and hosts without an engine."""
+    from snapbuild.fleet.report import plan_data, to_json
+
+    manifest = load_manifest(str(FLEET_DATA / "manifests" / "edge-npu.yaml"))
+    inventory = read_inventories([Path("fleet.jsonl")])
+    selector = default_selector()
+    plan = plan_fleet(manifest, inventory, selector=selector)
+    advice = advise(plan, selector)
+    expected = plan_data(plan, advice)
+    assert expected["hosts"] and expected["errors"] and expected["summary"]
+    assert json.loads(to_json(plan, advice)) == json.loads(json.dumps(expected))
