@@ -114,9 +114,10 @@ def fetch_source(requirement: str, cache: Path) -> NativeSource:
 
 
 def _unpack_vendored(archive: Path, tree: Path) -> None:
-    staging = Path(
-        tempfile.mkdtemp(dir=tree.parent.parent if tree.parent.parent.exists() else None)
-    )
+    """Extract only ``*/vendor/llama.cpp`` into ``tree``, through a staging folder beside it (same
+    file system, so the final move is atomic and an interrupted unpack leaves no half tree)."""
+    tree.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=tree.parent))
     try:
         with tarfile.open(archive) as tar:
             members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name + "/"]
