@@ -30,7 +30,9 @@ import openai
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from serve_concurrency import wait_ready  # noqa: E402
 from support.tiny_models import smollm2_gguf_path  # noqa: E402
 
 SEED = 1234
@@ -82,6 +84,7 @@ def api_run(client: openai.OpenAI, text: str, tokens: int) -> tuple[float, float
         prompt=text,
         max_tokens=tokens,
         stream=True,
+        stream_options={"include_usage": True},  # usage comes only when asked, as with OpenAI
         seed=SEED,
         temperature=SAMPLING["temperature"],
         top_p=SAMPLING["top_p"],
@@ -113,14 +116,8 @@ def start_server(threads: int) -> tuple[subprocess.Popen[str], str]:
         if " on http://" in line:
             base = line.split(" on ")[1].split("/v1")[0]
     threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()  # type: ignore[union-attr]
-    for _ in range(600):
-        try:
-            if httpx.get(f"{base}/health").status_code == 200:
-                return proc, base
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit("server not healthy")
+    wait_ready(base, timeout=60)
+    return proc, base
 
 
 def raw_first_token(http: httpx.Client, base: str, text: str) -> float:

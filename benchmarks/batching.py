@@ -35,7 +35,10 @@ import openai
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
+
+from serve_concurrency import wait_ready  # noqa: E402
 
 CONTEXT = 2048
 # Byte tokens: a text takes as many tokens as it has bytes. QUERIES (5 to 11 bytes) take as
@@ -98,14 +101,8 @@ def start(
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     base = proc.stdout.readline().strip()
-    for _ in range(600):
-        try:
-            if httpx.get(f"{base}/health").status_code == 200:
-                return proc, base
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit(f"{kind} server did not become healthy")
+    wait_ready(base, timeout=60)
+    return proc, base
 
 
 # --- OpenVINO streams ---------------------------------------------------------------------------
@@ -124,6 +121,7 @@ def stream(
         max_tokens=tokens,
         temperature=0,
         stream=True,
+        stream_options={"include_usage": True},  # usage comes only when asked, as with OpenAI
         extra_body={"ignore_eos": True},
     )
     first, produced = 0.0, 0
