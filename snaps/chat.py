@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -64,13 +64,21 @@ def user_message(text: str, images: Sequence[Path] = ()) -> dict[str, Any]:
     return {"role": "user", "content": parts}
 
 
+def sampling(*, max_tokens: int | None = None, temperature: float | None = None) -> dict[str, Any]:
+    """The request fields the chat's options set; what is left out keeps the server's default."""
+    fields = {"max_tokens": max_tokens, "temperature": temperature}
+    return {key: value for key, value in fields.items() if value is not None}
+
+
 def stream_reply(
-    url: str, model: str, messages: list[dict[str, Any]], *, max_tokens: int | None = None
+    url: str,
+    model: str,
+    messages: list[dict[str, Any]],
+    *,
+    options: Mapping[str, Any] | None = None,
 ) -> Iterator[str]:
     """Yield the answer's text deltas as the server sends them."""
-    body: dict[str, Any] = {"model": model, "messages": messages, "stream": True}
-    if max_tokens is not None:
-        body["max_tokens"] = max_tokens
+    body: dict[str, Any] = {**(options or {}), "model": model, "messages": messages, "stream": True}
     try:
         resp = requests.post(f"{url}/chat/completions", json=body, stream=True, timeout=300)
     except requests.ConnectionError:
@@ -105,7 +113,7 @@ def converse(
     stdin: IO[str],
     stdout: IO[str],
     interactive: bool,
-    max_tokens: int | None = None,
+    options: Mapping[str, Any] | None = None,
     images: Sequence[Path] = (),
 ) -> None:
     """Read messages until EOF (or /exit), keep the history, stream each answer; ``images``
@@ -129,7 +137,7 @@ def converse(
         history.append(user_message(message, pending))
         pending = []
         parts = []
-        for text in stream_reply(url, model, history, max_tokens=max_tokens):
+        for text in stream_reply(url, model, history, options=options):
             parts.append(text)
             stdout.write(text)
             stdout.flush()
@@ -139,7 +147,7 @@ def converse(
 
 
 def run_chat(
-    url: str, model: str, *, max_tokens: int | None = None, images: Sequence[Path] = ()
+    url: str, model: str, *, options: Mapping[str, Any] | None = None, images: Sequence[Path] = ()
 ) -> None:
     """The CLI entry: interactive in a terminal, line by line when piped."""
     converse(
@@ -148,6 +156,6 @@ def run_chat(
         stdin=sys.stdin,
         stdout=sys.stdout,
         interactive=sys.stdin.isatty(),
-        max_tokens=max_tokens,
+        options=options,
         images=images,
     )

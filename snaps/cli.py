@@ -311,7 +311,15 @@ def unset(keys: tuple[str, ...]) -> None:
 
 # chat --------------------------------------------------------------------------------------
 @cli.command()
-@click.option("--max-tokens", type=int, default=None, help="Limit each answer's length.")
+@click.option(
+    "--max-tokens", type=click.IntRange(min=1), default=None, help="Limit each answer's length."
+)
+@click.option(
+    "--temperature",
+    type=click.FloatRange(0, 2),
+    default=None,
+    help="Sampling temperature, 0 (always the likeliest word) to 2; default: the model's.",
+)
 @click.option(
     "--image",
     "images",
@@ -319,14 +327,15 @@ def unset(keys: tuple[str, ...]) -> None:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Attach a PNG, JPEG or WebP image to the first message (repeatable).",
 )
-def chat(max_tokens: int | None, images: tuple[Path, ...]) -> None:
+def chat(max_tokens: int | None, temperature: float | None, images: tuple[Path, ...]) -> None:
     """Chat with the model through the local API (one message per line when piped)."""
-    from snaps.chat import base_url, run_chat
+    from snaps.chat import base_url, run_chat, sampling
 
     ctx = Context.load()
     settings = ctx.settings()
     url = base_url(settings.host, settings.port)
-    run_chat(url, ctx.manifest.name, max_tokens=max_tokens, images=images)
+    options = sampling(max_tokens=max_tokens, temperature=temperature)
+    run_chat(url, ctx.manifest.name, options=options, images=images)
 
 
 # what snapd runs ---------------------------------------------------------------------------

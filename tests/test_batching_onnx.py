@@ -157,7 +157,7 @@ def test_batcher_gathers_in_order_and_isolates_a_failed_batch() -> None:
 
 @pytest.mark.slow
 def test_server_answers_concurrent_embedding_requests(model: Path, single: OnnxAdapter) -> None:
-    adapter = _adapter(model, 32, window_ms=5)
+    adapter = _adapter(model, 32, window_ms=20)  # 32 client threads share the GIL with it
     app = create_app(
         adapter, model_id="enc", engine_name="cpu", device="cpu", context_size=512, loaded=True
     )
@@ -179,7 +179,7 @@ def test_server_answers_concurrent_embedding_requests(model: Path, single: OnnxA
         assert health["runtime_info"]["batching"] == {
             "mode": "micro-batch",
             "sequences": 32,
-            "window-ms": 5,
+            "window-ms": 20,
         }
         empty = httpx.post(f"{base}/v1/embeddings", json={"model": "enc", "input": []})
         assert (empty.status_code, empty.json()["error"]["param"]) == (400, "input")

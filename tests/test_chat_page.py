@@ -5,7 +5,9 @@ right in a screenshot. Skipped, saying why, where Chromium is not installed."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -14,7 +16,7 @@ from support.browser import CHROMIUM, Browser
 from support.serving import app_in_thread
 from support.tiny_models import write_tiny_llama_gguf
 
-from runtimes.base import LoadOptions
+from runtimes.base import Delta, LoadOptions, Message, SamplingParams
 from runtimes.llamacpp import LlamaCppAdapter
 from runtimes.server import create_app
 
@@ -24,10 +26,20 @@ needs_chromium = pytest.mark.skipif(
 )
 
 
+class TalkativeAdapter(LlamaCppAdapter):
+    """The real adapter, except that it answers 16 tokens even past end-of-turn: the page sends
+    no sampling settings, and random weights may otherwise end the turn before any text."""
+
+    def chat(
+        self, messages: Sequence[Message], params: SamplingParams, cancel: threading.Event
+    ) -> Iterator[Delta]:
+        return super().chat(messages, replace(params, ignore_eos=True, max_tokens=16), cancel)
+
+
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     path = write_tiny_llama_gguf(tmp_path_factory.mktemp("page") / "tiny.gguf")
-    adapter = LlamaCppAdapter(
+    adapter = TalkativeAdapter(
         LoadOptions(artifact=path, runtime="llama.cpp-cpu", context_size=256, threads=1)
     )
     app = create_app(adapter, model_id="tiny", engine_name="cpu", context_size=256)

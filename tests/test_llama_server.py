@@ -193,7 +193,7 @@ def test_json_schema_output_fits_the_schema(smol: str) -> None:
             {"role": "user", "content": "Reply with a JSON object with one key, ok, set to true."}
         ],
         response_format={"type": "json_object"},
-        max_tokens=150,
+        max_tokens=400,  # room to close the object whichever path greedy takes on this CPU
         temperature=0,
     )
     assert isinstance(json.loads(anything["choices"][0]["message"]["content"]), dict)
@@ -355,7 +355,7 @@ def test_queued_stream_answers_at_once(smol: str) -> None:
     long = {
         "model": "smollm2",
         "prompt": "Write a story.",
-        "max_tokens": 250,
+        "max_tokens": 600,  # seconds of work on any CPU: the queued request waits past KEEPALIVE_S
         "ignore_eos": True,
     }
     busy = [
@@ -366,7 +366,11 @@ def test_queued_stream_answers_at_once(smol: str) -> None:
     ]
     for thread in busy:
         thread.start()
-    time.sleep(1.0)  # every slot is generating
+    deadline = time.monotonic() + 60
+    while httpx.get(f"{smol}/health").json()["generations"]["active"] < SLOTS:
+        assert time.monotonic() < deadline, "the busy requests never started"
+        time.sleep(0.05)
+    time.sleep(0.5)  # every slot is generating
     started = time.monotonic()
     with httpx.stream(
         "POST", f"{smol}/v1/completions", json={**long, "max_tokens": 4, "stream": True}
@@ -375,7 +379,7 @@ def test_queued_stream_answers_at_once(smol: str) -> None:
         lines = [line for line in response.iter_lines() if line]
     for thread in busy:
         thread.join()
-    assert response.status_code == 200 and headers_after < 1.0
+    assert response.status_code == 200 and headers_after < 5.0  # not after the queue drains
     waiting = [line for line in lines if line.startswith(": waiting")]
     first_data = next(i for i, line in enumerate(lines) if line.startswith("data: "))
     assert waiting and lines.index(waiting[0]) < first_data  # kept alive while queued
@@ -385,7 +389,8 @@ def test_queued_stream_answers_at_once(smol: str) -> None:
 @pytest.mark.slow
 @needs_llama_server
 def test_child_death_is_a_clear_503_then_a_restart(smol: str) -> None:
-    pid = httpx.get(f"{smol}/health").json()["runtime_info"]["child"]["pid"]
+    child = httpx.get(f"{smol}/health").json()["runtime_info"]["child"]
+    pid, restarts = child["pid"], child["restarts"]
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
     body: dict[str, Any] = {}
@@ -406,7 +411,7 @@ def test_child_death_is_a_clear_503_then_a_restart(smol: str) -> None:
         time.sleep(0.2)
     after = httpx.get(f"{smol}/health").json()
     assert after["status"] == "ok"
-    assert after["runtime_info"]["child"]["restarts"] == 1
+    assert after["runtime_info"]["child"]["restarts"] == restarts + 1
     assert after["runtime_info"]["child"]["pid"] != pid
     assert _chat(smol, max_tokens=2)["choices"]
 
@@ -429,6 +434,9 @@ def test_child_death_mid_stream_ends_the_stream_with_an_error(smol: str) -> None
     error = json.loads(data[-2])["error"]
     assert error["type"] == "server_error" and "stopped answering" in error["message"]
     deadline = time.monotonic() + 60
-    while httpx.get(f"{smol}/health").status_code != 200 and time.monotonic() < deadline:
+    while time.monotonic() < deadline:  # the error event may come before /health has noticed
+        health = httpx.get(f"{smol}/health")
+        if health.status_code == 200 and health.json()["runtime_info"]["child"]["pid"] != pid:
+            break
         time.sleep(0.2)
-    assert httpx.get(f"{smol}/health").json()["runtime_info"]["child"]["pid"] != pid
+    assert health.status_code == 200 and health.json()["runtime_info"]["child"]["pid"] != pid

@@ -88,8 +88,9 @@ def test_model_that_fails_to_load_reports_on_health(tmp_path: Path) -> None:
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         body: dict[str, object] = {}
+        response: httpx.Response | None = None
         while time.monotonic() < deadline:
             try:
                 response = httpx.get(f"{base}/health")
@@ -99,6 +100,7 @@ def test_model_that_fails_to_load_reports_on_health(tmp_path: Path) -> None:
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
+        assert response is not None, "nothing answered on /health"
         assert response.status_code == 503
         assert body["status"] == "error"
         assert body["detail"] == f"llama.cpp could not load {bad}"

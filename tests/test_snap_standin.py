@@ -69,6 +69,16 @@ def snap_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+def _written(path: Path, timeout: float = 60) -> str:
+    """The line a service script writes (``echo ... > path`` truncates first: wait for it whole)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and (text := path.read_text()).endswith("\n"):
+            return text
+        time.sleep(0.05)
+    raise AssertionError(f"{path} was not written within {timeout} s")
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -104,12 +114,8 @@ def test_service_lifecycle_runs_the_apps_command_and_kills_its_group(snap_env: P
     assert ctl.services() == [ServiceState("demo.server", enabled=False, active=False)]
     ctl.start("demo.server", enable=True)
     data = snap_env / "data"
-    for _ in range(100):
-        if (data / "child").exists():
-            break
-        time.sleep(0.05)
+    child = int(_written(data / "child"))
     assert (data / "started").read_text() == "args=--flag greeting=hi-demo\n"
-    child = int((data / "child").read_text())
     assert ctl.service("demo.server") == ServiceState("demo.server", enabled=True, active=True)
     table = subprocess.run(["snapctl", "services"], capture_output=True, text=True, check=True)
     assert table.stdout.splitlines() == [
@@ -191,10 +197,7 @@ def test_inside_a_hook_components_and_services_wait_for_the_flush(
     assert ctl.service("demo.server") == ServiceState("demo.server", enabled=True, active=True)
     # components first, then services (though the start was asked first): the server found
     # its component when it started
-    for _ in range(100):
-        if (snap_env / "data" / "started").exists():
-            break
-        time.sleep(0.05)
+    _written(snap_env / "data" / "started")
     assert (snap_env / "data" / "saw-weights").read_text() == "yes\n"
     assert json.loads((snap_env / "state" / "queue.json").read_text()) == []
     ctl.stop("demo.server")

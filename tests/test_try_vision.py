@@ -126,7 +126,10 @@ def test_openai_client_sends_a_png_through_the_snap(tried: tuple[Trial, str, int
 
 def test_chat_attaches_an_image(tried: tuple[Trial, str, int, Path]) -> None:
     trial, _, _, png = tried
-    proc = trial.run("chat", "--max-tokens", "4", "--image", str(png), input_text="Describe.\n")
+    proc = trial.run(
+        "chat", "--max-tokens", "4", "--temperature", "0", "--image", str(png),
+        input_text="Describe.\n",
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip()
     bad = trial.run("chat", "--image", str(trial.work / "env.sh"), input_text="Hi\n")

@@ -130,8 +130,10 @@ def _preset(
 
 
 def ask(trial: Trial, prompt: str, max_tokens: int) -> str:
-    """One question through the snap's own ``chat`` command, piped as a user would pipe it."""
-    proc = trial.run("chat", "--max-tokens", str(max_tokens), input_text=prompt + "\n")
+    """One question through the snap's own ``chat`` command, piped as a user would pipe it;
+    greedy (temperature 0), so a trial of one build on one machine answers the same each time."""
+    options = ("--max-tokens", str(max_tokens), "--temperature", "0")
+    proc = trial.run("chat", *options, input_text=prompt + "\n")
     if proc.returncode != 0:
         raise TrialError(
             f"the snap's chat command failed (exit {proc.returncode})",
