@@ -46,6 +46,16 @@ def wait_health(port: int, engine: str, timeout: float = 90) -> dict[str, object
     raise AssertionError(f"no healthy {engine} server on port {port}")
 
 
+def serving(trial: Trial) -> str:
+    """Start the service if no test before this one left it running, and wait until it answers
+    (so each test also runs alone); the active engine."""
+    status = json.loads(trial.run("status", "--json").stdout)
+    if not status["service"]["active"]:
+        assert trial.snapctl("start", "smollm2.server").returncode == 0
+    port = int(status["endpoint"].split(":")[2].split("/")[0])
+    return str(wait_health(port, status["engine"])["engine"])
+
+
 def daemons(work: Path) -> list[str]:
     """Command lines of live daemon processes started from this trial."""
     found = []
@@ -225,9 +235,7 @@ def test_switch_engine_and_back(tried: tuple[Trial, str, int]) -> None:
 
 def test_set_port_restarts_on_the_new_port(tried: tuple[Trial, str, int]) -> None:
     trial, _, _ = tried
-    active = json.loads(trial.run("status", "--json").stdout)["engine"]
-    if not json.loads(trial.run("status", "--json").stdout)["service"]["active"]:
-        assert trial.snapctl("start", "smollm2.server").returncode == 0
+    active = serving(trial)
     new_port = free_port()
     proc = trial.run("set", f"port={new_port}")
     assert (proc.returncode, proc.stdout) == (0, "Set port.\n")
@@ -276,15 +284,20 @@ def test_busy_or_invalid_port_is_rejected_and_nothing_applied(
 
 def test_chat_piped_streams_answers(tried: tuple[Trial, str, int]) -> None:
     trial, _, _ = tried
+    serving(trial)
     proc = trial.run("chat", "--max-tokens", "12", input_text="Say hello.\nName a colour.\n")
     assert proc.returncode == 0, proc.stderr
     answers = proc.stdout.splitlines()
     assert len([a for a in answers if a.strip()]) >= 2
     assert not proc.stdout.startswith("Chatting with")  # no prompts when piped
+    too_hot = trial.run("chat", "--temperature", "3", input_text="Hi\n")
+    assert too_hot.returncode == 2 and "Traceback" not in too_hot.stderr
+    assert "Invalid value for '--temperature': 3.0 is not in the range 0<=x<=2." in too_hot.stderr
 
 
 def test_env_settings_reach_the_runtime(tried: tuple[Trial, str, int]) -> None:
     trial, _, _ = tried
+    serving(trial)
     proc = trial.run("set", "env.OMP_NUM_THREADS=1")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(trial.run("get", "env.OMP_NUM_THREADS", "--json").stdout) == {
