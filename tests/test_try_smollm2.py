@@ -1,6 +1,10 @@
 """End to end: `snapbuild try smollm2` answers with the real SmolLM2 model, then the in-snap
 command manages that trial snap (status, engines, use-engine, set port, chat) through the same
 simulated environment: rendered hooks, snapctl stand-in, the daemon as the apps: entry says.
+
+The tests are one operator's session on one trial, in file order: the first ones see the
+service as `try` left it (stopped), later ones start it through `serving`. Each also passes
+alone; shuffled, the first ones would see a running service.
 """
 
 from __future__ import annotations
