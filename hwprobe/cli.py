@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from snapcommon.errors import EXIT_OK, SnapbuildError, UsageError
+from snapcommon.errors import EXIT_OK, SnapbuildError, UsageError, report_unexpected
 
 if TYPE_CHECKING:
     from hwprobe.summary import GpuUses
@@ -105,6 +105,8 @@ def run(argv: Sequence[str] | None = None, *, gpu_uses: GpuUses | None = None) -
         return err.exit_code
     except SystemExit as exc:  # argparse's usage errors (exit 2) and --help (exit 0)
         return exc.code if isinstance(exc.code, int) else 2
+    except Exception as exc:  # a bug of ours: a message and a log file, never a stack dump
+        return report_unexpected(exc, "hwprobe")
 
 
 def main(gpu_uses: GpuUses | None = None) -> None:

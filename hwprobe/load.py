@@ -37,6 +37,12 @@ def _read_profile(path: Path) -> HostProfile:
         raise UsageError(
             f"cannot read host profile {path}", details=str(exc), resolution=PROFILE_FIX
         ) from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{path} is not a host profile",
+            details=f"not UTF-8 text (byte {exc.start}): a profile is JSON",
+            resolution=PROFILE_FIX,
+        ) from None
     except ValidationError as exc:
         raise UsageError(
             f"{path} is not a host profile",

@@ -3,15 +3,19 @@
 Every failure a user can cause or fix is raised as a :class:`SnapbuildError` carrying a short
 ``brief`` (what went wrong), optional ``details`` (where, with which values) and a
 ``resolution`` (how to fix it), plus the process exit code. The CLIs catch it in one place
-(:func:`snapbuild.cli.main` and :func:`hwprobe.cli.main`) and print it without a traceback,
-in the spirit of craft-application's ``CraftError``.
+(:func:`snapbuild.cli.run_cli` and :func:`hwprobe.cli.run`) and print it without a traceback,
+in the spirit of craft-application's ``CraftError``. Anything else that escapes is a bug of ours:
+:func:`report_unexpected` writes its traceback to a log file and prints where, so a user still
+sees a message and an exit code rather than a stack dump (craft-application does the same).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
+from pathlib import Path
 from types import ModuleType
 from typing import IO, Any
 
@@ -20,6 +24,7 @@ EXIT_OK = 0
 EXIT_FAILURE = 1  # something broke that the user did not cause (I/O, a runtime crash)
 EXIT_USAGE = 2  # bad arguments or bad input files (manifests, profiles, options)
 EXIT_NO_ENGINE = 3  # the command worked but no engine fits (select, fleet plan)
+EXIT_INTERNAL = 70  # a bug of ours (sysexits' EX_SOFTWARE); the traceback went to a log file
 
 
 class SnapbuildError(Exception):
@@ -91,3 +96,40 @@ def optional_module(name: str, purpose: str) -> ModuleType:
         raise UsageError(
             f"{purpose} needs the {name} package", resolution=f"pip install {name}"
         ) from exc
+
+
+def crash_log_dir(program: str) -> Path:
+    """Where tracebacks of unexpected errors go: ``$XDG_STATE_HOME/<program>/log`` (by default
+    ``~/.local/state``; inside a snap, HOME is the snap's own per-user folder)."""
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / program / "log"
+
+
+def report_unexpected(exc: BaseException, program: str, stream: IO[str] | None = None) -> int:
+    """Print a short message for an exception no code path expected, keep its traceback in a
+    log file (the temporary directory when the state directory is not writable), and return
+    :data:`EXIT_INTERNAL`."""
+    import tempfile  # only on this path: hwprobe's start-up time matters in hooks
+    import time
+    import traceback
+
+    text = "".join(traceback.format_exception(exc))
+    name = f"{program}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    written: Path | None = None
+    for folder in (crash_log_dir(program), Path(tempfile.gettempdir())):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(text, encoding="utf-8")
+        except OSError:
+            continue
+        written = folder / name
+        break
+    where = f"the traceback is in {written}" if written else "the traceback could not be saved"
+    error = SnapbuildError(
+        f"internal error: {type(exc).__name__}: {exc}",
+        details=where,
+        resolution=f"this is a bug in {program}; please report it with that file",
+        exit_code=EXIT_INTERNAL,
+    )
+    error.report(stream)
+    return EXIT_INTERNAL

@@ -133,6 +133,14 @@ def test_bad_host_options_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[s
     )
     code, _, err = run(capsys, "select", "gemma3", "--host-root", str(tmp_path / "nope"))
     assert code == 2 and "is not a directory" in err
+    binary = tmp_path / "host.bin"
+    binary.write_bytes(b"\x00\x01\xff\xfe")
+    code, _, err = run(capsys, "select", "gemma3", "--host", str(binary))
+    assert (code, err) == (
+        2,
+        f"Error: {binary} is not a host profile\n  not UTF-8 text (byte 2): a profile is JSON\n"
+        "Fix: give a file written by `hwprobe --json`\n",
+    )
 
 
 def test_schema_validates_the_shipped_manifests_and_rejects_typos(
