@@ -209,7 +209,11 @@ def bind_socket(host: str, port: int | str) -> socket.socket:
                 resolution="choose another port with --port N, or --port auto to take the next "
                 "free one",
             ) from exc
-        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+        raise UsageError(
+            f"cannot listen on {host}:{port}: {exc.strerror}",
+            resolution="give --host an address of this machine: 127.0.0.1 (this machine only), "
+            "0.0.0.0 (every interface) or one that `ip -brief address` lists",
+        ) from exc
     sock.listen(2048)
     return sock
 
