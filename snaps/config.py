@@ -28,6 +28,36 @@ AUTO = "auto"
 HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ENV_KEY_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+# Variables the snap's own environment owns: snapd's (SNAP*, HOME, XDG_RUNTIME_DIR, TMPDIR), the
+# loader's and Python's (how the daemon and its engine find their code), and snapbuild's
+# (SNAPBUILD_*, LLAMA_CPP_LIB_PATH). Set through env.*, they would break the service, not tune it.
+RESERVED_ENV = frozenset(
+    {
+        "PATH",
+        "LD_LIBRARY_PATH",
+        "LD_PRELOAD",
+        "LD_AUDIT",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PYTHONSTARTUP",
+        "HOME",
+        "XDG_RUNTIME_DIR",
+        "TMPDIR",
+        "LLAMA_CPP_LIB_PATH",
+    }
+)
+RESERVED_ENV_PREFIX = "SNAP"  # SNAP, SNAP_*, SNAPCTL_*, SNAPBUILD_*
+
+
+def is_reserved(name: str) -> bool:
+    """Whether the environment variable ``name`` belongs to the snap, not to the runtime."""
+    return name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIX)
+
+
+def runtime_env(env: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """(the variables the runtime gets, the reserved names left out): a value stored before
+    this rule existed, or by snapd without the configure hook, never reaches the process."""
+    return {k: v for k, v in env.items() if not is_reserved(k)}, sorted(filter(is_reserved, env))
 
 
 @dataclass(frozen=True)
@@ -229,6 +259,12 @@ def validate(
     for name in settings.env:
         if not ENV_NAME_RE.match(name):
             problems.append(f"env.{name} is not a valid environment variable name")
+        elif is_reserved(name):
+            problems.append(
+                f"env.{name} belongs to the snap's own environment (PATH, LD_*, PYTHON*, HOME, "
+                f"TMPDIR, SNAP*...): use env.* for the runtime's variables, such as "
+                f"OMP_NUM_THREADS or GGML_*; `unset env.{name}` if it is stored"
+            )
     return problems
 
 

@@ -25,7 +25,7 @@ from snapbuild.decision import Decision
 from snapbuild.threads import default_threads
 from snapcommon.errors import EXIT_NO_ENGINE, SnapbuildError
 from snapcommon.files import write_atomically
-from snaps import artifacts
+from snaps import artifacts, config
 from snaps.manager import Context, components_for, engine_components, probe_host, select
 
 REEXEC_MARK = "SNAPBUILD_DAEMON_REEXEC"
@@ -227,8 +227,12 @@ def _run(ctx: Context) -> None:
     engine_entry = ctx.manifest.engine(engine)
     if engine_entry is not None:
         check_loadable(model_path, ctx.manifest.artifact(engine_entry.artifact).format)
-    os.environ.update(settings.env)
-    threads = runtime_threads(host, settings.env)
+    usable, ignored = config.runtime_env(settings.env)
+    if ignored:
+        names = ", ".join(f"env.{name}" for name in ignored)
+        log(f"ignoring {names}: the snap's own environment owns them (`unset` them)")
+    os.environ.update(usable)
+    threads = runtime_threads(host, usable)
     ctx.env.running_path.write_text(json.dumps(settings.to_data(), indent=2) + "\n")
     url = f"http://{settings.host}:{settings.port}/v1"
     note(ctx, "loading", f"loading {engine}")

@@ -94,6 +94,42 @@ def test_remote_images_is_true_or_false(manifest) -> None:  # type: ignore[no-un
     ]
 
 
+def test_the_snaps_own_variables_are_refused(manifest) -> None:  # type: ignore[no-untyped-def]
+    stored = config.flatten(
+        {
+            "env": {
+                "omp-num-threads": "2",
+                "ggml-vk-visible-devices": "0",
+                "path": "/x",
+                "ld-library-path": "/x",
+                "snap-data": "/x",
+                "snapbuild-llama-root": "/x",
+                "pythonpath": "/x",
+            }
+        }
+    )
+    settings = config.effective(stored, manifest, 2048)
+    problems = config.validate(settings, manifest, None, own_port=settings.port)
+    refused = [p.split(" ", 1)[0] for p in problems]
+    assert refused == [
+        "env.PATH",
+        "env.LD_LIBRARY_PATH",
+        "env.SNAP_DATA",
+        "env.SNAPBUILD_LLAMA_ROOT",
+        "env.PYTHONPATH",
+    ]
+    assert problems[0] == (
+        "env.PATH belongs to the snap's own environment (PATH, LD_*, PYTHON*, HOME, TMPDIR, "
+        "SNAP*...): use env.* for the runtime's variables, such as OMP_NUM_THREADS or GGML_*; "
+        "`unset env.PATH` if it is stored"
+    )
+    # one stored before the rule (or by snapd without the hook) never reaches the runtime
+    assert config.runtime_env(settings.env) == (
+        {"OMP_NUM_THREADS": "2", "GGML_VK_VISIBLE_DEVICES": "0"},
+        ["LD_LIBRARY_PATH", "PATH", "PYTHONPATH", "SNAPBUILD_LLAMA_ROOT", "SNAP_DATA"],
+    )
+
+
 def test_max_context_is_linear_in_kv_cache(manifest) -> None:  # type: ignore[no-untyped-def]
     # 3 GiB available, 1 GiB fixed, 1 MiB/token: 2048 tokens fit
     assert config.max_context(_candidate(3 * GIB), manifest) == 2048
