@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Protocol
@@ -155,6 +155,9 @@ def install_error_handlers(app: FastAPI) -> None:
         return ApiError(500, f"internal error: {exc}", type="server_error").response()
 
 
+PYDANTIC_TAGS = frozenset({"str", "int", "float", "bool", "none", "[key]"})
+
+
 def _validation_error(errors: Sequence[Any]) -> ApiError:
     if any(e.get("type") in NOT_AN_OBJECT and tuple(e.get("loc", ())) == ("body",) for e in errors):
         return ApiError(400, "the request body must be a JSON object", code="invalid_json")
@@ -167,14 +170,23 @@ def _validation_error(errors: Sequence[Any]) -> ApiError:
             code="invalid_json",
         )
     first = errors[0] if errors else {}
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-    messages = "; ".join(
-        f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}"
-        for e in errors[:5]
-    )
+    messages = "; ".join(f"{_field(e) or 'body'}: {e.get('msg')}" for e in errors[:5])
     return ApiError(
-        422, f"invalid request: {messages}", param=".".join(loc) or None, code="invalid_value"
+        422, f"invalid request: {messages}", param=_field(first) or None, code="invalid_value"
     )
+
+
+def _field(error: Mapping[str, Any]) -> str:
+    """The request field an error is about, dotted (``messages.0.content``), without pydantic's
+    own steps: ``body``, a union member's tag (``str``, ``list[...]``, ``TextPart``) or ``[key]``
+    (a dict key that failed is named by the key before it)."""
+    parts = []
+    for part in error.get("loc", ()):
+        text = str(part)
+        internal = text in PYDANTIC_TAGS or "[" in text or text[:1].isupper()
+        if text != "body" and not (isinstance(part, str) and internal):
+            parts.append(text)
+    return ".".join(parts)
 
 
 def install_routes(app: FastAPI, state: ServerState) -> None:

@@ -97,8 +97,16 @@ class _Sampling(_Request):
     )
     presence_penalty: float = Field(default=0.0, ge=-2, le=2)
     frequency_penalty: float = Field(default=0.0, ge=-2, le=2)
-    logit_bias: dict[str, float] | None = Field(
-        default=None, description="Not supported: a non-empty map is refused with 400."
+    logit_bias: (
+        dict[
+            Annotated[str, Field(pattern=r"^[0-9]{1,9}$")],
+            Annotated[float, Field(ge=-100, le=100)],
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="Token id -> bias from -100 to 100, as OpenAI takes it. llama-server engines "
+        "apply it; the in-process engines refuse a non-empty map with 400.",
     )
     ignore_eos: bool = Field(
         default=False, description="Extension: generate max_tokens even past end-of-sequence."

@@ -287,6 +287,37 @@ def test_logprobs_n_and_seed(smol: str) -> None:
 
 @pytest.mark.slow
 @needs_llama_server
+def test_logit_bias_takes_token_ids_as_openai_does(smol: str) -> None:
+    import gguf  # test-only dependency: the model's own vocabulary names the token
+
+    path = smollm2_gguf_path()
+    assert path is not None
+    field = gguf.GGUFReader(str(path)).fields["tokenizer.ggml.tokens"]
+    bang = [bytes(field.parts[i]).decode() for i in field.data].index("!")
+    reply = _client(smol).chat.completions.create(
+        model="smollm2",
+        messages=[{"role": "user", "content": "Hi"}],
+        max_tokens=4,
+        temperature=0,
+        logit_bias={str(bang): 100},
+    )
+    assert reply.choices[0].message.content == "!!!!"
+    for bias, why in [
+        ({"abc": 5}, "logit_bias.abc: String should match pattern"),
+        ({str(bang): 101}, f"logit_bias.{bang}: Input should be less than or equal to 100"),
+    ]:
+        refused = httpx.post(
+            f"{smol}/v1/chat/completions",
+            json={"model": "smollm2", "messages": [{"role": "user", "content": "Hi"}],
+                  "logit_bias": bias},
+        )  # fmt: skip
+        error = refused.json()["error"]
+        assert (refused.status_code, error["param"]) == (422, f"logit_bias.{next(iter(bias))}")
+        assert why in error["message"]
+
+
+@pytest.mark.slow
+@needs_llama_server
 def test_long_stop_string(smol: str) -> None:
     stop = " 8, 9, 10, 11, 12, 13"  # 21 characters: longer than the old 16-character limit
     reply = _client(smol).completions.create(

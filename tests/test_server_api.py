@@ -270,6 +270,12 @@ def test_malformed_and_invalid_requests(served: Served) -> None:
     assert wrong_type.json()["error"]["param"] == "temperature"
     missing = httpx.post(url, json={"model": served.name})
     assert (missing.status_code, missing.json()["error"]["param"]) == (422, "messages")
+    # fields are named as the client wrote them, without pydantic's union tags or [key]
+    part = httpx.post(url, json={"model": served.name, "messages": [
+        {"role": "user", "content": [{"type": "text"}]}]})  # fmt: skip
+    assert (part.status_code, part.json()["error"]["param"]) == (422, "messages.0.content")
+    assert "messages.0.content.0.text: Field required" in part.json()["error"]["message"]
+    assert "[" not in part.json()["error"]["message"]
     too_big = httpx.post(
         url, content=b"x" * (9 * 1024 * 1024), headers={"content-type": "application/json"}
     )
