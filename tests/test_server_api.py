@@ -270,6 +270,11 @@ def test_malformed_and_invalid_requests(served: Served) -> None:
     assert wrong_type.json()["error"]["param"] == "temperature"
     missing = httpx.post(url, json={"model": served.name})
     assert (missing.status_code, missing.json()["error"]["param"]) == (422, "messages")
+    nan = httpx.post(url, content=b'{"model": "%s", "messages": [{"role": "user", "content": '
+                     b'"x"}], "temperature": NaN}' % served.name.encode(),
+                     headers={"content-type": "application/json"})  # fmt: skip
+    assert (nan.status_code, nan.json()["error"]["param"]) == (422, "temperature")
+    assert "temperature: Input should be a finite number" in nan.json()["error"]["message"]
     # fields are named as the client wrote them, without pydantic's union tags or [key]
     part = httpx.post(url, json={"model": served.name, "messages": [
         {"role": "user", "content": [{"type": "text"}]}]})  # fmt: skip
