@@ -19,7 +19,7 @@ from runtimes.images import ImagePolicy
 from runtimes.llamaserver import from_plan
 from runtimes.server import ServeOptions
 from snapbuild.batching import load_options
-from snapbuild.decision import Selected
+from snapbuild.decision import MemoryEstimate, Selected, Serving
 from snapbuild.manifest import Manifest
 from snapcommon.errors import UsageError
 
@@ -31,6 +31,33 @@ def served_context(manifest: Manifest, selected: Selected, override: int | None)
         return selected.context_size
     limit = manifest.model.context_length
     return min(override, limit) if limit else override
+
+
+def serving_plan(
+    manifest: Manifest, selected: Selected, context: int, memory: MemoryEstimate | None
+) -> Serving | None:
+    """llama-server's slots and KV type for ``context`` tokens per slot: the Decision's plan at
+    the selector's context; at an operator's context, planned again by the selector's own rule
+    (:func:`snapbuild.serving.plan`) in the memory the Decision saw (``memory``, the winner's
+    estimate), so a larger context runs fewer slots instead of multiplying past what fits."""
+    planned = selected.serving
+    if planned is None or context == planned.context_per_slot:
+        return planned
+    from snapbuild.selection.memory_fit import model_shape
+    from snapbuild.serving import plan
+
+    engine = manifest.engine(selected.engine)
+    shape = model_shape(manifest, engine) if engine is not None else None
+    if engine is None or shape is None:  # no shape facts to size it with: keep the slots
+        return planned.model_copy(update={"context_per_slot": context})
+    return plan(
+        shape,
+        context,
+        runtime=engine.runtime,
+        device=selected.device,
+        available=memory.available if memory else None,
+        pool=memory.pool if memory else "ram",
+    )
 
 
 def serve_options(
@@ -47,12 +74,14 @@ def serve_options(
     llama_root: Path | None = None,
     cors_origins: Sequence[str] | None = None,
     images: ImagePolicy | None = None,
+    memory: MemoryEstimate | None = None,
 ) -> ServeOptions:
     """Serve ``selected`` (an engine of ``manifest``) from ``artifact`` (and its ``projector``).
 
     ``context_size``, ``threads`` and ``slots`` are the operator's overrides (None: the
     Decision's, the runtime's default threads). ``port``: None for the manifest's default port,
-    ``"auto"`` for the first free one from it up.
+    ``"auto"`` for the first free one from it up. ``memory``: the winner's memory estimate
+    (its Candidate's), for planning the slots again at an operator's context.
     """
     engine = manifest.engine(selected.engine)
     if engine is None:
@@ -62,11 +91,10 @@ def serve_options(
         )
     context = served_context(manifest, selected, context_size)
     serving = None
-    if selected.serving is not None:
-        serving = from_plan(selected.serving, threads)
-        serving = dataclasses.replace(
-            serving, context_per_slot=context, slots=slots or serving.slots
-        )
+    planned = serving_plan(manifest, selected, context, memory)
+    if planned is not None:
+        serving = from_plan(planned, threads)
+        serving = dataclasses.replace(serving, slots=slots or serving.slots)
     if port is None:
         port = manifest.default_port
     elif port == "auto":

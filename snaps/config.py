@@ -205,6 +205,15 @@ def max_context(candidate: Candidate | None, manifest: Manifest) -> int | None:
     return min(limits) if limits else None
 
 
+def min_context(engine: str | None, manifest: Manifest) -> int:
+    """The smallest context the manifest allows for ``engine`` (its ``min-context-size``, else
+    the model's), the same floor the selector never goes below; at most the trained length."""
+    entry = manifest.engine(engine) if engine else None
+    low = (entry.min_context_size if entry else None) or manifest.min_context_size
+    trained = manifest.model.context_length
+    return min(low, trained) if trained else low
+
+
 def validate(
     settings: Settings,
     manifest: Manifest,
@@ -239,8 +248,16 @@ def validate(
             f"context-size must be a positive whole number, not {settings.context_size}"
         )
     else:
+        engine = candidate.engine if candidate else None
+        engine = engine or (settings.engine if settings.engine != AUTO else None)
+        floor = min_context(engine, manifest)
         limit = max_context(candidate, manifest)
-        if limit is not None and settings.context_size > limit:
+        if settings.context_size < floor:
+            problems.append(
+                f"context-size {settings.context_size} is below the smallest this model is "
+                f"served with, {floor} tokens (min-context-size in its manifest)"
+            )
+        elif limit is not None and settings.context_size > limit:
             problems.append(
                 f"context-size {settings.context_size} does not fit: the most this engine fits "
                 f"here is {limit} tokens"

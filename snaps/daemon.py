@@ -242,9 +242,11 @@ def _run(ctx: Context) -> None:
     )
     from runtimes.images import ImagePolicy
     from runtimes.server import run as serve
-    from snapbuild.launch import serve_options
+    from snapbuild.launch import serve_options, serving_plan
 
-    plan = decision.selected.serving
+    winner = decision.candidate(engine)
+    memory = winner.memory if winner else None
+    plan = serving_plan(ctx.manifest, decision.selected, settings.context_size, memory)
     if plan is not None:
         log(f"serving: {plan.summary()}")
     options = serve_options(
@@ -259,6 +261,7 @@ def _run(ctx: Context) -> None:
         llama_root=runtime_dir,  # the llama.cpp component tree (usr/bin/llama-server)
         cors_origins=settings.origins(),
         images=ImagePolicy(remote_urls=settings.remote_images == "true"),
+        memory=memory,
     )
     serve(
         options,

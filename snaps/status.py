@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from snapbuild.decision import Serving
+from snapbuild.decision import Decision, Serving
 from snaps.live import live_lines, live_status
 from snaps.manager import Context
 
@@ -40,7 +40,7 @@ def status_data(ctx: Context) -> dict[str, Any]:
         },
         "endpoint": base_url(settings.host, settings.port),
         "context-size": settings.context_size,
-        "serving": selected.serving.to_data() if selected and selected.serving else None,
+        "serving": _serving(ctx, decision, settings.context_size),
         "live": live_status(settings.host, settings.port) if service.active else None,
         "daemon": daemon_note(ctx, service.active),
         "problem": state.problem
@@ -48,6 +48,19 @@ def status_data(ctx: Context) -> dict[str, Any]:
         else f"no engine chosen yet: run `{ctx.env.name} use-engine --auto`",
         "notes": state.notes,
     }
+
+
+def _serving(ctx: Context, decision: Decision | None, context: int) -> dict[str, Any] | None:
+    """The serving plan at the context the server runs with (the operator's setting, when it
+    differs from the selector's: the slots are planned again for it, as the daemon does)."""
+    selected = decision.selected if decision else None
+    if decision is None or selected is None:
+        return None
+    from snapbuild.launch import serving_plan
+
+    winner = decision.candidate(selected.engine)
+    plan = serving_plan(ctx.manifest, selected, context, winner.memory if winner else None)
+    return plan.to_data() if plan else None
 
 
 def daemon_note(ctx: Context, active: bool) -> dict[str, str] | None:

@@ -3,6 +3,7 @@ attention; the data table agrees with ggml's block sizes and the runtime catalog
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import gguf
@@ -117,3 +118,31 @@ def test_plan_becomes_llama_server_flags() -> None:
         cache_reuse=256,
         threads=2,
     )
+
+
+def test_an_operators_context_is_planned_again_in_the_same_memory() -> None:
+    """`<snap> set context-size=` and `serve --context-size`: the slots that fit at that context,
+    in the memory the Decision saw (a 2 GiB GPU), not the selector's slots at a larger context."""
+    import hwprobe
+    from snapbuild.launch import serve_options, serving_plan
+    from snapbuild.selector import select
+
+    root = Path(__file__).parent / "data" / "machines" / "hp-pavilion-15-cs-3037nl" / "machine-root"
+    manifest = load_manifest("smollm2")
+    decision = select(manifest, hwprobe.probe(str(root)))
+    selected = decision.selected
+    assert selected is not None and selected.serving is not None
+    winner = decision.candidate(selected.engine)
+    assert winner is not None and winner.memory is not None
+    at_selectors = (selected.engine, selected.context_size, selected.serving.slots)
+    assert at_selectors == ("cuda", 4096, 12)
+    assert serving_plan(manifest, selected, 4096, winner.memory) is selected.serving
+    doubled = serving_plan(manifest, selected, 8192, winner.memory)
+    assert doubled is not None
+    assert (doubled.context_per_slot, doubled.slots, doubled.kv_cache_type) == (8192, 6, "f16")
+    assert doubled.required <= (winner.memory.available or 0) < selected.serving.required * 2
+    options = serve_options(
+        manifest, selected, artifact=Path("m.gguf"), context_size=8192, memory=winner.memory
+    )
+    assert options.serving is not None
+    assert (options.serving.slots, options.serving.context_per_slot) == (6, 8192)

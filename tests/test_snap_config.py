@@ -137,6 +137,24 @@ def test_max_context_is_linear_in_kv_cache(manifest) -> None:  # type: ignore[no
     assert config.max_context(_candidate(64 * GIB), manifest) == 8192
 
 
+def test_context_below_the_manifests_floor_is_refused(manifest) -> None:  # type: ignore[no-untyped-def]
+    floor = manifest.min_context_size
+    assert config.min_context("cpu", manifest) == floor == config.min_context(None, manifest)
+    for size, problems in [
+        (floor, []),
+        (
+            floor - 1,
+            [
+                f"context-size {floor - 1} is below the smallest this model is served with, "
+                f"{floor} tokens (min-context-size in its manifest)"
+            ],
+        ),
+    ]:
+        settings = config.effective({"context-size": size}, manifest, 2048)
+        got = config.validate(settings, manifest, _candidate(3 * GIB), own_port=settings.port)
+        assert got == problems
+
+
 def test_every_problem_is_reported_at_once(manifest) -> None:  # type: ignore[no-untyped-def]
     settings = config.Settings(
         port=70000, host="bad host!", context_size=4096, engine="turbo", env={"1X": "y"}

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from hwprobe.profile import HostProfile
-from snapbuild.decision import Selected
+from snapbuild.decision import MemoryEstimate, Selected
 from snapbuild.manifest import Manifest
 from snapbuild.threads import default_threads as _threads
 from snapcommon.errors import NoEngineError, UsageError
@@ -26,9 +26,12 @@ def _port(value: str) -> int | str:
     )
 
 
-def _choose_engine(manifest: Manifest, host: HostProfile, engine: str | None) -> Selected:
+def _choose_engine(
+    manifest: Manifest, host: HostProfile, engine: str | None
+) -> tuple[Selected, MemoryEstimate | None]:
     """The selector's choice (or ``engine``, when it is compatible): the engine, the context it
-    chose, its serving configuration and batching plan, the inputs it serves."""
+    chose, its serving configuration and batching plan, the inputs it serves; and its memory
+    estimate (for planning the slots again at an operator's context)."""
     from snapbuild.selector import select
 
     if engine is not None and manifest.engine(engine) is None:
@@ -46,7 +49,8 @@ def _choose_engine(manifest: Manifest, host: HostProfile, engine: str | None) ->
             details="\n".join(blockers),
             resolution=f"see `snapbuild why-not {manifest.name}`, or force one with --engine",
         )
-    return decision.selected
+    candidate = decision.candidate(decision.selected.engine)
+    return decision.selected, candidate.memory if candidate else None
 
 
 @click.command("serve")
@@ -93,7 +97,7 @@ def serve_cmd(
     manifest = load_manifest(model)
     port = _port(port_text) if port_text else None
     profile = hwprobe.probe()
-    selected = _choose_engine(manifest, profile, engine)
+    selected, memory = _choose_engine(manifest, profile, engine)
     chosen = manifest.engine(selected.engine)
     assert chosen is not None
     found: list[Path] = []
@@ -127,6 +131,7 @@ def serve_cmd(
         host=host,
         port=port,
         llama_root=llama_root,
+        memory=memory,
     )
     run(options, on_listening=listening)
 
@@ -149,7 +154,7 @@ def fetch_cmd(model: str, engine: str | None, record: bool, as_json: bool) -> No
 
     manifest = load_manifest(model)
     if engine is None and len({e.artifact for e in manifest.engines}) > 1:
-        engine = _choose_engine(manifest, _probe(), None).engine
+        engine = _choose_engine(manifest, _probe(), None)[0].engine
     artifact = engine_artifact(manifest, engine)
     progress = None if as_json else tqdm_progress
     command = f"snapbuild fetch {shlex.quote(model)}" + (
