@@ -5,10 +5,10 @@ metrics, CORS, streams that answer at once, and a child that dies and comes back
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -383,33 +383,29 @@ def test_metrics_and_cors(smol: str) -> None:
 @pytest.mark.slow
 @needs_llama_server
 def test_queued_stream_answers_at_once(smol: str) -> None:
-    long = {
-        "model": "smollm2",
-        "prompt": "Write a story.",
-        "max_tokens": 600,  # seconds of work on any CPU: the queued request waits past KEEPALIVE_S
-        "ignore_eos": True,
-    }
-    busy = [
-        threading.Thread(
-            target=lambda: httpx.post(f"{smol}/v1/completions", json=long, timeout=300)
-        )
-        for _ in range(SLOTS)
-    ]
-    for thread in busy:
-        thread.start()
-    deadline = time.monotonic() + 60
-    while httpx.get(f"{smol}/health").json()["generations"]["active"] < SLOTS:
-        assert time.monotonic() < deadline, "the busy requests never started"
-        time.sleep(0.05)
-    time.sleep(0.5)  # every slot is generating
-    started = time.monotonic()
-    with httpx.stream(
-        "POST", f"{smol}/v1/completions", json={**long, "max_tokens": 4, "stream": True}
-    ) as response:
-        headers_after = time.monotonic() - started
-        lines = [line for line in response.iter_lines() if line]
-    for thread in busy:
-        thread.join()
+    """A request behind busy slots gets its headers at once and keep-alive comments while it
+    waits; the test, not the CPU's speed, decides how long: the busy streams (long enough to
+    outlast any wait) are hung up once the queued one has said it is waiting."""
+    long = {"model": "smollm2", "prompt": "Write a story.", "max_tokens": 900, "stream": True,
+            "ignore_eos": True}  # fmt: skip
+    with httpx.Client(timeout=60) as client, contextlib.ExitStack() as busy:
+        for _ in range(SLOTS):
+            busy.enter_context(client.stream("POST", f"{smol}/v1/completions", json=long))
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{smol}/health").json()["generations"]["active"] < SLOTS:
+            assert time.monotonic() < deadline, "the busy requests never started"
+            time.sleep(0.05)
+        started = time.monotonic()
+        lines: list[str] = []
+        with httpx.stream(
+            "POST", f"{smol}/v1/completions", json={**long, "max_tokens": 4}, timeout=120
+        ) as response:
+            headers_after = time.monotonic() - started
+            for line in response.iter_lines():
+                if line.startswith(": waiting"):
+                    busy.close()  # hang the busy streams up: a slot frees for the queued one
+                if line:
+                    lines.append(line)
     assert response.status_code == 200 and headers_after < 5.0  # not after the queue drains
     waiting = [line for line in lines if line.startswith(": waiting")]
     first_data = next(i for i, line in enumerate(lines) if line.startswith("data: "))
