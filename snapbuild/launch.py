@@ -19,8 +19,9 @@ from runtimes.images import ImagePolicy
 from runtimes.llamaserver import from_plan
 from runtimes.server import ServeOptions
 from snapbuild.batching import load_options
-from snapbuild.decision import MemoryEstimate, Selected, Serving
+from snapbuild.decision import MemoryEstimate, Selected
 from snapbuild.manifest import Manifest
+from snapbuild.serving import serving_plan
 from snapcommon.errors import UsageError
 
 
@@ -31,33 +32,6 @@ def served_context(manifest: Manifest, selected: Selected, override: int | None)
         return selected.context_size
     limit = manifest.model.context_length
     return min(override, limit) if limit else override
-
-
-def serving_plan(
-    manifest: Manifest, selected: Selected, context: int, memory: MemoryEstimate | None
-) -> Serving | None:
-    """llama-server's slots and KV type for ``context`` tokens per slot: the Decision's plan at
-    the selector's context; at an operator's context, planned again by the selector's own rule
-    (:func:`snapbuild.serving.plan`) in the memory the Decision saw (``memory``, the winner's
-    estimate), so a larger context runs fewer slots instead of multiplying past what fits."""
-    planned = selected.serving
-    if planned is None or context == planned.context_per_slot:
-        return planned
-    from snapbuild.selection.memory_fit import model_shape
-    from snapbuild.serving import plan
-
-    engine = manifest.engine(selected.engine)
-    shape = model_shape(manifest, engine) if engine is not None else None
-    if engine is None or shape is None:  # no shape facts to size it with: keep the slots
-        return planned.model_copy(update={"context_per_slot": context})
-    return plan(
-        shape,
-        context,
-        runtime=engine.runtime,
-        device=selected.device,
-        available=memory.available if memory else None,
-        pool=memory.pool if memory else "ram",
-    )
 
 
 def serve_options(

@@ -18,10 +18,11 @@ from typing import Literal
 
 from pydantic import NonNegativeInt, PositiveInt, model_validator
 
-from snapbuild.decision import DeviceClass, Serving
+from snapbuild.decision import DeviceClass, MemoryEstimate, Selected, Serving
 from snapbuild.estimate import ModelShape, with_headroom
 from snapbuild.estimate_llama import KvType, LlamaRun, Pool, plan_memory, runtime_device
 from snapbuild.estimate_tables import llama_memory, read_data
+from snapbuild.manifest import Manifest
 from snapcommon.model import KebabModel
 from snapcommon.sizes import gib
 
@@ -161,6 +162,32 @@ def plan(
         kv_cache=best.kv_cache,
         required=best.required,
         why=_why(best, preferred, available),
+    )
+
+
+def serving_plan(
+    manifest: Manifest, selected: Selected, context: int, memory: MemoryEstimate | None
+) -> Serving | None:
+    """llama-server's slots and KV type for ``context`` tokens per slot: the Decision's plan at
+    the selector's context; at an operator's context, planned again by the selector's own rule
+    (:func:`plan`) in the memory the Decision saw (``memory``, the winner's
+    estimate), so a larger context runs fewer slots instead of multiplying past what fits."""
+    planned = selected.serving
+    if planned is None or context == planned.context_per_slot:
+        return planned
+    from snapbuild.selection.memory_fit import model_shape  # only for an operator's context
+
+    engine = manifest.engine(selected.engine)
+    shape = model_shape(manifest, engine) if engine is not None else None
+    if engine is None or shape is None:  # no shape facts to size it with: keep the slots
+        return planned.model_copy(update={"context_per_slot": context})
+    return plan(
+        shape,
+        context,
+        runtime=engine.runtime,
+        device=selected.device,
+        available=memory.available if memory else None,
+        pool=memory.pool if memory else "ram",
     )
 
 

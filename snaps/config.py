@@ -248,9 +248,8 @@ def validate(
             f"context-size must be a positive whole number, not {settings.context_size}"
         )
     else:
-        engine = candidate.engine if candidate else None
-        engine = engine or (settings.engine if settings.engine != AUTO else None)
-        floor = min_context(engine, manifest)
+        pinned = settings.engine if settings.engine != AUTO else None
+        floor = min_context(candidate.engine if candidate else pinned, manifest)
         limit = max_context(candidate, manifest)
         if settings.context_size < floor:
             problems.append(

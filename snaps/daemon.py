@@ -242,7 +242,8 @@ def _run(ctx: Context) -> None:
     )
     from runtimes.images import ImagePolicy
     from runtimes.server import run as serve
-    from snapbuild.launch import serve_options, serving_plan
+    from snapbuild.launch import serve_options
+    from snapbuild.serving import serving_plan
 
     winner = decision.candidate(engine)
     memory = winner.memory if winner else None

@@ -56,7 +56,7 @@ def _serving(ctx: Context, decision: Decision | None, context: int) -> dict[str,
     selected = decision.selected if decision else None
     if decision is None or selected is None:
         return None
-    from snapbuild.launch import serving_plan
+    from snapbuild.serving import serving_plan  # not launch: status needs no FastAPI
 
     winner = decision.candidate(selected.engine)
     plan = serving_plan(ctx.manifest, selected, context, winner.memory if winner else None)

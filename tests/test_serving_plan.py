@@ -124,8 +124,9 @@ def test_an_operators_context_is_planned_again_in_the_same_memory() -> None:
     """`<snap> set context-size=` and `serve --context-size`: the slots that fit at that context,
     in the memory the Decision saw (a 2 GiB GPU), not the selector's slots at a larger context."""
     import hwprobe
-    from snapbuild.launch import serve_options, serving_plan
+    from snapbuild.launch import serve_options
     from snapbuild.selector import select
+    from snapbuild.serving import serving_plan
 
     root = Path(__file__).parent / "data" / "machines" / "hp-pavilion-15-cs-3037nl" / "machine-root"
     manifest = load_manifest("smollm2")
