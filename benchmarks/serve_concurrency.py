@@ -40,14 +40,14 @@ sys.path.insert(0, str(ROOT))
 
 from support.tiny_models import smollm2_gguf_path  # noqa: E402
 
-from runtimes.llamaserver import (  # noqa: E402
+from runtimes.gateway.server import bind_socket  # noqa: E402
+from runtimes.llamaserver.supervisor import (  # noqa: E402
     ServerBinary,
     ServingConfig,
     find_server,
     from_plan,
     server_command,
 )
-from runtimes.server import bind_socket  # noqa: E402
 
 
 @dataclass
@@ -185,8 +185,8 @@ def load(base: str, model: str, streams: int, tokens: int, round_no: int) -> Run
 
 def selected_plan(threads: int) -> ServingConfig:
     import hwprobe
-    from snapbuild.manifest_loader import load_manifest
-    from snapbuild.selector import select
+    from snapbuild.manifest.loader import load_manifest
+    from snapbuild.selection.selector import select
 
     decision = select(load_manifest("smollm2"), hwprobe.probe(), engine="cpu")
     assert decision.selected is not None and decision.selected.serving is not None

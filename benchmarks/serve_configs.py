@@ -31,8 +31,8 @@ from serve_concurrency import (  # noqa: E402
     wait_ready,
 )
 
-from runtimes.llamaserver import ServingConfig, find_server, server_command  # noqa: E402
-from runtimes.server import bind_socket  # noqa: E402
+from runtimes.gateway.server import bind_socket  # noqa: E402
+from runtimes.llamaserver.supervisor import ServingConfig, find_server, server_command  # noqa: E402
 
 
 def _port() -> int:

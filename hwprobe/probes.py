@@ -114,7 +114,7 @@ def probe_host(
     gpus, npus, displays = probe_devices(fs, nvml)
     runtime_facts = None
     if runtimes:
-        from hwprobe.runtimes import probe_runtimes
+        from hwprobe.runtime_support import probe_runtimes
 
         runtime_facts = probe_runtimes(fs)
     return HostProfile(

@@ -35,7 +35,7 @@ class NativeBuild(KebabModel):
     source: str  # git URL of the upstream project
     source_commit: str  # a commit, never a branch: builds must be reproducible
     # a PyPI sdist that vendors this source at this commit: where builds that cannot reach the
-    # git host (development machines, CI) take the very same tree (snapbuild.native)
+    # git host (development machines, CI) take the very same tree (snapbuild.recipes.native)
     vendored_by: str | None = None
     cmake_parameters: tuple[str, ...] = ()
     # snapcraft `package-repositories` entries the packages below come from (besides Ubuntu's)
@@ -88,13 +88,13 @@ class RuntimeEntry(KebabModel):
     # as a supervised child (continuous batching over parallel slots)
     serving: Literal["in-process", "llama-server"] = "in-process"
     capabilities: tuple[Capability, ...]
-    # what the runtime can take in on the devices it drives (snapbuild.vision ranks by it)
+    # what the runtime can take in on the devices it drives (snapbuild.selection.vision ranks by it)
     inputs: tuple[Literal["text", "vision", "audio"], ...] = ("text",)
     component: str  # the snap component holding this runtime build
     interfaces: tuple[str, ...] = ()  # snap interfaces the runtime needs beyond the base set
     extensions: tuple[Literal["gpu"], ...] = ()  # snapcraft extensions its apps need
     architectures: tuple[str, ...] = ()  # where it builds and runs; empty: everywhere
-    build: BuildRecipe | None = None  # the builder's part recipe (snapbuild.build)
+    build: BuildRecipe | None = None  # the builder's part recipe (snapbuild.project)
 
     def supports(self, architecture: str) -> bool:
         """Whether this runtime builds and runs on ``architecture``."""

@@ -3,7 +3,8 @@
 The Store caps a component at 5 GB, so the builder ships big weights in pieces and writes
 ``$SNAP/snapbuild/components.yaml`` saying which components an engine needs and, per artifact
 file, either the component holding it or the ordered pieces to join (with the whole file's
-sha256); :mod:`snapbuild.engine_data` reads it. An artifact therefore lives in one of three layouts:
+sha256); :mod:`snapbuild.project.engine_data` reads it. An artifact therefore lives in one of three
+layouts:
 
 - **plain**: every file whole in the artifact's one component (the model is read in place);
 - **joined**: some files stored as ``<file>.part-NN`` pieces, concatenated at install time into
@@ -30,7 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from snapbuild.engine_data import (
+from snapbuild.manifest.model import Manifest
+from snapbuild.project.engine_data import (
     ENGINE_DATA_FILE,
     ArtifactLayout,
     FileLayout,
@@ -39,7 +41,6 @@ from snapbuild.engine_data import (
     packed_components,
     read_engine_data,
 )
-from snapbuild.manifest import Manifest
 from snapcommon.errors import EXIT_NO_ENGINE, SnapbuildError
 from snapcommon.files import write_atomically
 from snaps.env import SnapEnv
@@ -65,7 +66,8 @@ def engine_components(env: SnapEnv, manifest: Manifest, engine: str) -> list[str
 
 
 def layout(env: SnapEnv, manifest: Manifest, artifact: str) -> ArtifactLayout:
-    """How ``artifact`` is stored in this snap (:func:`snapbuild.engine_data.artifact_layout`)."""
+    """How ``artifact`` is stored in this snap
+    (:func:`snapbuild.project.engine_data.artifact_layout`)."""
     return artifact_layout(read_engine_data(engine_data_path(env)), manifest, artifact)
 
 

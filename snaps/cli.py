@@ -17,8 +17,8 @@ from typing import Any
 import click
 
 from snapbuild.cli import run_cli
-from snapbuild.decision import Decision
-from snapbuild.engine_rows import engine_rows
+from snapbuild.selection.decision import Decision
+from snapbuild.selection.rows import engine_rows
 from snapcommon.errors import UsageError
 from snapcommon.sizes import gib as _gib
 from snaps import config, hooks

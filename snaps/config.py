@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from snapbuild.decision import Candidate
-from snapbuild.manifest import Manifest
+from snapbuild.manifest.model import Manifest
+from snapbuild.selection.decision import Candidate
 from snapcommon.errors import UsageError
 
 KEYS = ("port", "host", "context-size", "engine", "cors-origins", "remote-images")

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from hwprobe.profile import HostProfile
-from snapbuild.decision import Decision
-from snapbuild.threads import default_threads
+from snapbuild.selection.decision import Decision
+from snapbuild.serving.threads import default_threads
 from snapcommon.errors import EXIT_NO_ENGINE, SnapbuildError
 from snapcommon.files import write_atomically
 from snaps import artifacts, config
@@ -103,13 +103,13 @@ def wait_for_components(ctx: Context, engine: str, timeout: float | None = None)
 def prepare_imports(runtime_dir: Path, library_paths: tuple[str, ...] | None = None) -> None:
     """Make the runtime component's Python packages and native libraries loadable.
 
-    The library directories come from the one layout rule (:class:`runtimes.native.
+    The library directories come from the one layout rule (:class:`runtimes.component_tree.
     ComponentTree`: ``usr/lib``, then staged ``usr/lib/<triplet>``). A llama.cpp tree is also
     named in ``SNAPBUILD_LLAMA_ROOT`` so llama-server and the binding run from it. Native
     libraries need LD_LIBRARY_PATH before the process starts, so the daemon re-executes itself
     once with it set.
     """
-    from runtimes.native import ROOT_VAR, ComponentTree
+    from runtimes.component_tree import ROOT_VAR, ComponentTree
 
     site = runtime_dir / "lib" / "python3" / "site-packages"
     if site.is_dir():
@@ -155,7 +155,7 @@ def check_fit(ctx: Context, engine: str, forced: bool) -> HostProfile:
 
 def runtime_threads(host: HostProfile, env: dict[str, str]) -> int | None:
     """CPU threads for the runtime: ``env.OMP_NUM_THREADS`` when the operator set one, else the
-    same rule as `snapbuild serve` (:func:`snapbuild.threads.default_threads`)."""
+    same rule as `snapbuild serve` (:func:`snapbuild.serving.threads.default_threads`)."""
     value = env.get("OMP_NUM_THREADS", "").strip()
     if value.isdigit() and int(value) > 0:
         return int(value)
@@ -174,7 +174,7 @@ def run() -> None:
     leaves it stopped, where a failure status would restart it into the same error until
     systemd's start limit. ``status`` shows the cause (phase ``failed``).
     """
-    from runtimes.base import RuntimeFailure
+    from runtimes.engine import RuntimeFailure
 
     ctx = Context.load()
     try:
@@ -240,10 +240,10 @@ def _run(ctx: Context) -> None:
         f"starting {engine} ({decision.selected.runtime} on {decision.selected.device}) "
         f"on {url} with context {settings.context_size}, {threads or 'default'} threads"
     )
-    from runtimes.images import ImagePolicy
-    from runtimes.server import run as serve
-    from snapbuild.launch import serve_options
-    from snapbuild.serving import serving_plan
+    from runtimes.gateway.images import ImagePolicy
+    from runtimes.gateway.server import run as serve
+    from snapbuild.serving.launch import serve_options
+    from snapbuild.serving.plan import serving_plan
 
     winner = decision.candidate(engine)
     memory = winner.memory if winner else None

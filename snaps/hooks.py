@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from snapbuild.decision import Decision
+from snapbuild.selection.decision import Decision
 from snapcommon.errors import NoEngineError, UsageError
 from snaps import artifacts, config
 from snaps.manager import (

@@ -14,8 +14,8 @@ from typing import Any
 from hwprobe.profile import HostProfile
 from hwprobe.replay import probe_from_environ
 from runtimes.catalog import load_catalog
-from snapbuild.decision import Candidate, Decision, Selected
-from snapbuild.manifest import Manifest
+from snapbuild.manifest.model import Manifest
+from snapbuild.selection.decision import Candidate, Decision, Selected
 from snapcommon.errors import SnapbuildError, UsageError
 from snapcommon.files import write_atomically as _atomic_write
 from snaps import config
@@ -117,7 +117,7 @@ class Context:
 
 def load_snap_manifest(env: SnapEnv) -> Manifest:
     """The manifest packed into the snap."""
-    from snapbuild.manifest_loader import load_manifest
+    from snapbuild.manifest.loader import load_manifest
 
     if not env.manifest_path.exists():
         raise SnapbuildError(
@@ -164,7 +164,7 @@ def select(
     manifest: Manifest, host: HostProfile, *, engine: str | None = None, only_cpu: bool = False
 ) -> Decision:
     """The selector's decision (pure), on the CPU-only manifest when asked."""
-    from snapbuild.selector import select as run_selector
+    from snapbuild.selection.selector import select as run_selector
 
     return run_selector(cpu_only(manifest) if only_cpu else manifest, host, engine=engine)
 

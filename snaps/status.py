@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from snapbuild.decision import Decision, Serving
+from snapbuild.selection.decision import Decision, Serving
 from snaps.live import live_lines, live_status
 from snaps.manager import Context
 
@@ -56,7 +56,7 @@ def _serving(ctx: Context, decision: Decision | None, context: int) -> dict[str,
     selected = decision.selected if decision else None
     if decision is None or selected is None:
         return None
-    from snapbuild.serving import serving_plan  # not launch: status needs no FastAPI
+    from snapbuild.serving.plan import serving_plan  # not launch: status needs no FastAPI
 
     winner = decision.candidate(selected.engine)
     plan = serving_plan(ctx.manifest, selected, context, winner.memory if winner else None)

@@ -15,7 +15,7 @@ MACHINES = DATA / "machines"
 def _bind_llama_cpp() -> str:
     """Bind llama-cpp-python to the llama.cpp tree `make install` built, before any test imports
     it (the binding has no llama.cpp of its own, as in the snap); says what it found."""
-    from runtimes.native import component_root, import_llama_cpp
+    from runtimes.component_tree import component_root, import_llama_cpp
 
     try:
         import_llama_cpp()

@@ -16,10 +16,10 @@ import pytest
 from support.serving import app_in_thread
 from support.tiny_encoder import write_tiny_onnx_encoder
 
-from runtimes.base import LoadOptions
-from runtimes.microbatch import MicroBatcher
-from runtimes.onnx import OnnxAdapter
-from runtimes.server import create_app
+from runtimes.engine import LoadOptions
+from runtimes.gateway.server import create_app
+from runtimes.inprocess.microbatch import MicroBatcher
+from runtimes.inprocess.onnx import OnnxAdapter
 
 TEXTS = [f"text {i}: {'a longer sentence, ' * (i % 5)}the end" for i in range(32)]
 

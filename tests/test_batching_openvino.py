@@ -21,10 +21,11 @@ import pytest
 from support.serving import app_in_thread
 from support.tiny_models import write_tiny_gguf
 
-from runtimes.base import Delta, LoadOptions, Message, SamplingParams
-from runtimes.openvino import OpenVinoAdapter
-from runtimes.server import create_app
-from snapbuild.batching import kv_block_tokens
+from runtimes.engine import LoadOptions
+from runtimes.gateway.server import create_app
+from runtimes.inprocess.adapter import Delta, Message, SamplingParams
+from runtimes.inprocess.openvino import OpenVinoAdapter
+from snapbuild.serving.batching import kv_block_tokens
 
 pytestmark = pytest.mark.slow
 

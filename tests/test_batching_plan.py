@@ -11,15 +11,15 @@ from support.tiny_models import write_tiny_openvino_gguf
 
 from hwprobe import probe
 from runtimes.catalog import load_catalog
-from snapbuild.batching import (
+from snapbuild.manifest.loader import load_manifest
+from snapbuild.selection.decision import Batching, MemoryEstimate
+from snapbuild.selection.selector import select
+from snapbuild.serving.batching import (
     batching_table,
     kv_block_tokens,
     load_options,
     plan_batching,
 )
-from snapbuild.decision import Batching, MemoryEstimate
-from snapbuild.manifest_loader import load_manifest
-from snapbuild.selector import select
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -127,8 +127,8 @@ def test_the_adapter_sizes_its_paged_cache_from_the_block_size(
     """Two full 4096-token sequences, in the table's blocks of 32 (CPU) or 16 (GPU) tokens."""
     import openvino_genai
 
-    from runtimes.base import LoadOptions
-    from runtimes.openvino import OpenVinoAdapter
+    from runtimes.engine import LoadOptions
+    from runtimes.inprocess.openvino import OpenVinoAdapter
 
     plan = plan_batching(runtime, _memory(7 * GIB, 6 * GIB, 512 * MIB), 4096)
     assert plan is not None and plan.sequences == 2
@@ -144,8 +144,8 @@ def test_the_adapter_sizes_its_paged_cache_from_the_block_size(
 
 
 def test_continuous_batching_without_a_block_size_is_refused(tmp_path: Path) -> None:
-    from runtimes.base import LoadOptions
-    from runtimes.openvino import OpenVinoAdapter
+    from runtimes.engine import LoadOptions
+    from runtimes.inprocess.openvino import OpenVinoAdapter
 
     options = LoadOptions(artifact=tmp_path / "m.gguf", runtime="openvino-cpu", sequences=2)
     with pytest.raises(ValueError, match="needs LoadOptions.kv_block_tokens"):

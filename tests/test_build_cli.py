@@ -14,9 +14,9 @@ import pytest
 import yaml
 from support.build import CASES, case_manifest
 
-from snapbuild.build.render import MARKER, SOURCE_DIR, SOURCE_ITEMS
 from snapbuild.cli import cli, run_cli
-from snapbuild.matrix import matrix_entries, workflow_data, workflow_text
+from snapbuild.project.matrix import matrix_entries, workflow_data, workflow_text
+from snapbuild.project.render import MARKER, SOURCE_DIR, SOURCE_ITEMS
 
 TINY = str(CASES / "tiny-cpu-cuda" / "manifest.yaml")
 MULTI = str(CASES / "variant-intel" / "manifest.yaml")

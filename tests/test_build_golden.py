@@ -1,7 +1,8 @@
 """Golden directories: ``snapbuild make`` output compared file by file, exactly.
 
 Each ``tests/data/build/<case>/`` holds ``manifest.yaml``, optional ``options.yaml`` (keyword
-arguments for :func:`snapbuild.builder.make`) and ``expected/``: every file make writes, except
+arguments for :func:`snapbuild.project.builder.make`) and ``expected/``: every file make writes,
+except
 the vendored ``snapbuild-src/`` copy (checked in test_build_cli). A file missing on either side
 fails. ``SNAPBUILD_UPDATE_GOLDEN=1`` rewrites ``expected/`` from the current output.
 """
@@ -15,8 +16,8 @@ from pathlib import Path
 import pytest
 from support.build import CASES, case_manifest, case_names, case_options, tree
 
-from snapbuild.build.render import SOURCE_DIR
-from snapbuild.builder import make
+from snapbuild.project.builder import make
+from snapbuild.project.render import SOURCE_DIR
 
 
 @pytest.mark.parametrize("case", case_names())

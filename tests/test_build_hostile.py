@@ -16,8 +16,8 @@ import yaml
 from pydantic import ValidationError
 from support.build import CASES
 
-from snapbuild.builder import build_project
-from snapbuild.manifest import Manifest
+from snapbuild.manifest.model import Manifest
+from snapbuild.project.builder import build_project
 
 HOSTILE = [
     "evil\nname: pwned",

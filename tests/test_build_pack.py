@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from snapbuild.build.snapyaml import snap_yaml
-from snapbuild.builder import make
-from snapbuild.manifest_loader import load_manifest
+from snapbuild.manifest.loader import load_manifest
 from snapbuild.paths import manifests_dir
+from snapbuild.project.builder import make
+from snapbuild.project.snapyaml import snap_yaml
 from snapbuild.trial.prime import assemble_prime
 from snapbuild.trial.sandbox import Trial
 

@@ -15,11 +15,11 @@ import yaml
 from support.build import SCHEMA, case_manifest, case_names, case_options, core24_schema
 
 from runtimes.catalog import load_catalog
-from snapbuild.build.naming import name_problems
-from snapbuild.build.snapyaml import snap_yaml
-from snapbuild.builder import build_project
-from snapbuild.manifest_loader import load_manifest
+from snapbuild.manifest.loader import load_manifest
 from snapbuild.paths import manifests_dir
+from snapbuild.project.builder import build_project
+from snapbuild.project.naming import name_problems
+from snapbuild.project.snapyaml import snap_yaml
 from snapcommon.errors import UsageError
 
 pytestmark = pytest.mark.skipif(not SCHEMA.is_file(), reason=f"{SCHEMA} is absent")

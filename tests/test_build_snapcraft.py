@@ -22,11 +22,11 @@ from support import oracle
 from support.build import CASES, case_names
 
 from runtimes.catalog import load_catalog
-from snapbuild.build.project import snap_license
-from snapbuild.build.snapyaml import snap_yaml
-from snapbuild.builder import build_project, make
-from snapbuild.manifest_loader import load_manifest
+from snapbuild.manifest.loader import load_manifest
 from snapbuild.paths import manifests_dir
+from snapbuild.project.builder import build_project, make
+from snapbuild.project.snapcraft_yaml import snap_license
+from snapbuild.project.snapyaml import snap_yaml
 from snapcommon.errors import UsageError
 
 SHIPPED = sorted(p.stem for p in manifests_dir().glob("*.yaml"))

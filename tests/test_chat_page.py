@@ -16,9 +16,10 @@ from support.browser import CHROMIUM, Browser
 from support.serving import app_in_thread
 from support.tiny_models import write_tiny_llama_gguf
 
-from runtimes.base import Delta, LoadOptions, Message, SamplingParams
-from runtimes.llamacpp import LlamaCppAdapter
-from runtimes.server import create_app
+from runtimes.engine import LoadOptions
+from runtimes.gateway.server import create_app
+from runtimes.inprocess.adapter import Delta, Message, SamplingParams
+from runtimes.inprocess.llamacpp import LlamaCppAdapter
 
 pytestmark = pytest.mark.slow
 needs_chromium = pytest.mark.skipif(

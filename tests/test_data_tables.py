@@ -13,10 +13,10 @@ import pytest
 from pydantic import ValidationError
 
 from runtimes.catalog import load_catalog
-from snapbuild.estimate_llama import LlamaRun
-from snapbuild.estimate_tables import LlamaMemoryTable, llama_memory, read_data
-from snapbuild.gguf_info import SwaLayouts, sliding_layers, swa_periods
-from snapbuild.spdx import LicenseFile, license_problem, license_table, spdx_id
+from snapbuild.estimate.gguf_shape import SwaLayouts, sliding_layers, swa_periods
+from snapbuild.estimate.llama import LlamaRun
+from snapbuild.estimate.tables import LlamaMemoryTable, llama_memory, read_data
+from snapbuild.manifest.spdx import LicenseFile, license_problem, license_table, spdx_id
 
 
 def _changed(data: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:

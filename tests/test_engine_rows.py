@@ -7,9 +7,9 @@ from dataclasses import astuple
 from pathlib import Path
 
 import hwprobe
-from snapbuild.engine_rows import EngineRow, engine_rows
-from snapbuild.manifest_loader import load_manifest
-from snapbuild.selector import select
+from snapbuild.manifest.loader import load_manifest
+from snapbuild.selection.rows import EngineRow, engine_rows
+from snapbuild.selection.selector import select
 
 ARC = Path(__file__).parent / "data" / "machines" / "i7-2600k+arc-a580" / "machine-root"
 

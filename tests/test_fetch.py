@@ -16,9 +16,9 @@ import pytest
 import yaml
 from support.serving import http_files_server
 
-from snapbuild.artifacts import FetchError, artifact_dir, fetch, locate
 from snapbuild.cli import cli, run_cli
-from snapbuild.manifest import Manifest
+from snapbuild.fetch.artifacts import FetchError, artifact_dir, fetch, locate
+from snapbuild.manifest.model import Manifest
 
 PAYLOAD = os.urandom(300_000)
 SHA = hashlib.sha256(PAYLOAD).hexdigest()
@@ -210,7 +210,7 @@ def test_fetch_command_prints_progress_and_errors(
 
 
 def test_local_package_file_needs_no_download() -> None:
-    from snapbuild.manifest_loader import load_manifest
+    from snapbuild.manifest.loader import load_manifest
 
     manifest = load_manifest("smollm2")
     artifact = manifest.artifacts[0]

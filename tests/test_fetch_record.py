@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from support.serving import http_files_server
 
-from snapbuild.artifacts import artifact_dir, locate
 from snapbuild.cli import cli, run_cli
-from snapbuild.manifest_loader import load_manifest
+from snapbuild.fetch.artifacts import artifact_dir, locate
+from snapbuild.manifest.loader import load_manifest
 
 WEIGHTS = os.urandom(300_000)
 EXTRA = os.urandom(20_000)

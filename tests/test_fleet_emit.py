@@ -17,7 +17,7 @@ from hwprobe.profile import HostProfile
 from snapbuild.fleet.emit import emit_ansible, emit_cloud_init, planned_inventory
 from snapbuild.fleet.inventory import Inventory
 from snapbuild.fleet.planner import plan_fleet
-from snapbuild.manifest_loader import load_manifest
+from snapbuild.manifest.loader import load_manifest
 
 ANSIBLE_PLAYBOOK = shutil.which("ansible-playbook") or str(
     Path(sys.executable).parent / "ansible-playbook"

@@ -9,7 +9,8 @@ import pytest
 from support.fleet import FLEET_DATA
 
 from snapbuild.fleet.ansible_inventory import expand_host_pattern
-from snapbuild.fleet.inventory import Inventory, read_inventories
+from snapbuild.fleet.inventory import Inventory
+from snapbuild.fleet.readers import read_inventories
 
 
 def hosts_of(inventory: Inventory) -> list[tuple[str, str]]:

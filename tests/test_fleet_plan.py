@@ -15,7 +15,6 @@ from pydantic import ValidationError
 from support.fleet import FLEET_DATA, assert_golden, run_fleet
 
 from hwprobe.profile import HostProfile
-from snapbuild.decision import Decision
 from snapbuild.fleet.advice import (
     CHANGES,
     DETAILS,
@@ -26,10 +25,11 @@ from snapbuild.fleet.advice import (
     counterfactuals,
     read_table,
 )
-from snapbuild.fleet.inventory import read_inventories
 from snapbuild.fleet.planner import default_selector, plan_fleet
-from snapbuild.manifest import Manifest
-from snapbuild.manifest_loader import load_manifest
+from snapbuild.fleet.readers import read_inventories
+from snapbuild.manifest.loader import load_manifest
+from snapbuild.manifest.model import Manifest
+from snapbuild.selection.decision import Decision
 
 SKIPPED_JSONL = [
     "skipped fleet.jsonl:8: invalid JSON: Expecting value (column 36); write one complete JSON "

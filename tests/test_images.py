@@ -1,4 +1,5 @@
-"""runtimes.images on its own: the remote-URL path (allowed by the operator), bounded, against a
+"""runtimes.gateway.images on its own: the remote-URL path (allowed by the operator), bounded,
+against a
 real loopback HTTP server, and the canonical data: URLs handed to engines."""
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import pytest
 from support.serving import http_files_server
 from support.tiny_vision import write_png
 
-from runtimes.errors import ApiError
-from runtimes.images import ImagePolicy, check_request
+from runtimes.gateway.errors import ApiError
+from runtimes.gateway.images import ImagePolicy, check_request
 
 INPUTS = ("text", "vision")
 

@@ -35,7 +35,7 @@ class Violation:
 
 
 def module_name(root: Path, path: Path) -> str:
-    """``snapbuild/build/render.py`` -> ``snapbuild.build.render`` (packages: their name)."""
+    """``snapbuild/project/render.py`` -> ``snapbuild.project.render`` (packages: their name)."""
     parts = list(path.relative_to(root).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -95,8 +95,13 @@ def test_the_walk_sees_every_module_of_every_layer() -> None:
     for package in LAYERS:
         assert (ROOT / package / "__init__.py").is_file(), package
     modules = {module_name(ROOT, p) for package in LAYERS for p in (ROOT / package).rglob("*.py")}
-    assert {"snapcommon.errors", "hwprobe.summary", "runtimes.server", "snaps.daemon"} <= modules
-    assert "snapbuild.build" in modules  # a package's __init__ is the package itself
+    assert {
+        "snapcommon.errors",
+        "hwprobe.summary",
+        "runtimes.gateway.server",
+        "snaps.daemon",
+    } <= modules
+    assert "snapbuild.project" in modules  # a package's __init__ is the package itself
 
 
 def _write(root: Path, files: dict[str, str]) -> None:
@@ -158,7 +163,7 @@ def test_the_snap_never_imports_what_the_builder_leaves_out() -> None:
     """``snaps`` runs inside the snap, where the toolkit-only modules (the trial machinery and
     its snapctl stand-in) are not vendored: importing one there would fail only on a user's
     machine."""
-    from snapbuild.build.render import TOOLKIT_ONLY
+    from snapbuild.project.render import TOOLKIT_ONLY
 
     left_out = tuple(path.replace("/", ".") for path in TOOLKIT_ONLY)
     assert "snapbuild.trial" in left_out
@@ -170,3 +175,110 @@ def test_the_snap_never_imports_what_the_builder_leaves_out() -> None:
             if any(imported == name or imported.startswith(name + ".") for name in left_out):
                 found.append(f"{path.relative_to(ROOT).as_posix()}:{line}: {imported}")
     assert found == []
+
+
+# -- import cycles ---------------------------------------------------------------------------------
+def import_graph(root: Path, packages: Sequence[str]) -> dict[str, dict[str, int]]:
+    """module -> {module it imports: first line}, over the modules of ``packages`` only.
+
+    ``from pkg import name`` depends on the submodule ``pkg.name`` where there is one, else on
+    ``pkg``; ``import a.b.c`` on the deepest of ``a.b.c``, ``a.b``, ``a`` that is ours. The
+    packages a dotted name passes through are not counted: importing ``pkg.mod`` runs
+    ``pkg/__init__.py`` first, but that is Python's order of loading, not a dependency the code
+    chose, and counting it would call every re-exporting ``__init__`` a cycle."""
+    paths = {
+        module_name(root, p): p for package in packages for p in (root / package).rglob("*.py")
+    }
+    graph: dict[str, dict[str, int]] = {}
+    for module, path in sorted(paths.items()):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        edges: dict[str, int] = {}
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom):
+                base = _absolute(node, module, path.name == "__init__.py")
+                subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in paths]
+                targets = subs if len(subs) == len(node.names) else [*subs, base]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            for target in targets:
+                while target and target not in paths:
+                    target = target.rpartition(".")[0]
+                if target and target != module:
+                    edges.setdefault(target, getattr(node, "lineno", 0))
+        graph[module] = edges
+    return graph
+
+
+def import_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Each set of modules that import one another, directly or round a loop (Tarjan's strongly
+    connected components of more than one module), sorted, in a stable order."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, {})):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def _describe(cycle: list[str], graph: dict[str, dict[str, int]]) -> str:
+    members = set(cycle)
+    links = [
+        f"{a} -> {b} (line {line})"
+        for a in cycle
+        for b, line in sorted(graph[a].items())
+        if b in members
+    ]
+    return "; ".join(links)
+
+
+def test_no_import_cycle_anywhere() -> None:
+    """Modules import in one direction inside each package too: a lazy import inside a function
+    counts (it only hides the loop from the interpreter, not from a reader)."""
+    graph = import_graph(ROOT, LAYERS)
+    cycles = [_describe(c, graph) for c in import_cycles(graph)]
+    assert cycles == [], "import cycles:\n" + "\n".join(cycles)
+
+
+def test_the_cycle_finder_sees_direct_lazy_and_long_loops(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "p/__init__.py": "from p.a import x\n",
+            "p/a.py": "from p import b\n",
+            "p/b.py": "def f():\n    import p.a\n",
+            "p/c.py": "import p.d\n",
+            "p/d.py": "from p.e import y\n",
+            "p/e.py": "from p import c\n",
+            "p/f.py": "from p import a, b\nimport os\n",
+        },
+    )
+    graph = import_graph(tmp_path, ("p",))
+    assert graph["p/f".replace("/", ".")] == {"p.a": 1, "p.b": 1}
+    assert import_cycles(graph) == [["p.a", "p.b"], ["p.c", "p.d", "p.e"]]
+    assert _describe(["p.a", "p.b"], graph) == "p.a -> p.b (line 1); p.b -> p.a (line 2)"

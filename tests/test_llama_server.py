@@ -24,9 +24,9 @@ from support.openai_schema import validate
 from support.serving import snapbuild_serve
 from support.tiny_models import smollm2_gguf_path
 
-from runtimes.base import RuntimeFailure
-from runtimes.llamaserver import find_server, locate
-from runtimes.native import ROOT_VAR, multiarch_triplet
+from runtimes.component_tree import ROOT_VAR, multiarch_triplet
+from runtimes.engine import RuntimeFailure
+from runtimes.llamaserver.supervisor import find_server, locate
 
 SLOTS = 3
 CONTEXT = 1024

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from runtimes.catalog import load_catalog
-from snapbuild.manifest import Artifact, Manifest
-from snapbuild.manifest_loader import load_manifest, manifest_to_yaml, parse_manifest
+from snapbuild.manifest.loader import load_manifest, manifest_to_yaml, parse_manifest
+from snapbuild.manifest.model import Artifact, Manifest
 from snapbuild.paths import manifests_dir
 
 SHIPPED = sorted(p.stem for p in manifests_dir().glob("*.yaml"))

@@ -11,7 +11,7 @@ from support.new_models import write_chat_gguf
 from support.tiny_models import CHATML_TEMPLATE
 
 from snapbuild.cli import cli, run_cli
-from snapbuild.spdx import license_problem, license_table
+from snapbuild.manifest.spdx import license_problem, license_table
 from snaps.daemon import ModelUnloadable, check_loadable
 
 

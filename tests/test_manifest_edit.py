@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from snapbuild.manifest_edit import record_in_text
-from snapbuild.manifest_loader import parse_manifest
+from snapbuild.manifest.edit import record_in_text
+from snapbuild.manifest.loader import parse_manifest
 from snapcommon.errors import ManifestError
 
 SHA = hashlib.sha256(b"weights").hexdigest()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from snapbuild.cli import cli, run_cli
-from snapbuild.manifest_loader import load_manifest
+from snapbuild.manifest.loader import load_manifest
 from snapcommon.errors import ManifestError
 
 BAD = Path(__file__).parent / "data" / "bad-manifests"

@@ -3,7 +3,7 @@ parsers for llama-server's /metrics and /slots."""
 
 from __future__ import annotations
 
-from runtimes.metrics import Metrics, parse_prometheus, slot_figures
+from runtimes.gateway.metrics import Metrics, parse_prometheus, slot_figures
 
 
 def test_render_is_prometheus_text() -> None:

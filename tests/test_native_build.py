@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from runtimes.catalog import load_catalog
-from runtimes.native import ROOT_VAR, ComponentTree, multiarch_triplet
-from snapbuild.native import STAMP, build_component, built_from, recipe_for
+from runtimes.component_tree import ROOT_VAR, ComponentTree, multiarch_triplet
+from snapbuild.recipes.native import STAMP, build_component, built_from, recipe_for
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from snapbuild.native import fetch_source
+from snapbuild.recipes.native import fetch_source
 from snapcommon.errors import UsageError
 
 

@@ -29,7 +29,7 @@ from support.tiny_models import (
 )
 
 from snapbuild.cli import cli, run_cli
-from snapbuild.manifest_loader import load_manifest
+from snapbuild.manifest.loader import load_manifest
 
 SHIPPED = Path(__file__).resolve().parent.parent / "manifests"
 

@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 from support.tiny_vision import write_png
 
-from runtimes.base import LoadOptions, Message
 from runtimes.catalog import load_catalog
+from runtimes.engine import LoadOptions
+from runtimes.inprocess.adapter import Message
 
 ov = pytest.importorskip("openvino")
 pytest.importorskip("openvino_genai")
 
-from runtimes.openvino_vlm import (  # noqa: E402 - after the skips
+from runtimes.inprocess.openvino_vlm import (  # noqa: E402 - after the skips
     VISION_MODEL,
     OpenVinoVisionAdapter,
     image_tensor,
@@ -74,5 +75,5 @@ def test_catalog_serves_openvino_through_the_vision_adapter() -> None:
     for runtime in ("openvino-cpu", "openvino-gpu", "openvino-npu"):
         entry = catalog.get(runtime)
         assert entry is not None
-        assert entry.adapter == "runtimes.openvino_vlm:OpenVinoVisionAdapter"
+        assert entry.adapter == "runtimes.inprocess.openvino_vlm:OpenVinoVisionAdapter"
     assert catalog.get("openvino-npu").inputs == ("text",)  # type: ignore[union-attr]

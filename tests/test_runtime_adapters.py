@@ -13,18 +13,17 @@ from support.tiny_models import (
     write_tiny_openvino_gguf,
 )
 
-from runtimes.base import (
-    LoadOptions,
+from runtimes.catalog import load_catalog
+from runtimes.engine import LoadOptions, RuntimeFailure
+from runtimes.inprocess.adapter import (
     Message,
     RuntimeAdapter,
-    RuntimeFailure,
     SamplingParams,
     StopMatcher,
     adapter_class,
 )
-from runtimes.catalog import load_catalog
-from runtimes.onnx import PROVIDERS
-from runtimes.openvino import DEVICES
+from runtimes.inprocess.onnx import PROVIDERS
+from runtimes.inprocess.openvino import DEVICES
 
 
 def test_catalog_and_adapters_agree() -> None:

@@ -10,8 +10,8 @@ from typing import get_args
 import yaml
 
 from runtimes.catalog import CATALOG_PATH, RuntimeCatalog, load_catalog
-from snapbuild.build.naming import name_problems
-from snapbuild.manifest import Architecture, GpuVendor
+from snapbuild.manifest.model import Architecture, GpuVendor
+from snapbuild.project.naming import name_problems
 
 CATALOG = load_catalog()
 PINNED = re.compile(r"^[a-z0-9][a-z0-9._-]*==[0-9][0-9A-Za-z.]*$")
@@ -127,8 +127,8 @@ def test_interfaces_are_standard_or_declared() -> None:
 
 
 def test_variants_cover_every_runtime() -> None:
-    from snapbuild.build.plan import in_variant
-    from snapbuild.manifest import Engine
+    from snapbuild.manifest.model import Engine
+    from snapbuild.project.plan import in_variant
 
     assert [v.name for v in CATALOG.variants] == ["cpu", "nvidia", "amd", "intel"]
     for entry in CATALOG.runtimes:

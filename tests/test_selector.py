@@ -7,8 +7,8 @@ import pytest
 
 import hwprobe
 from hwprobe.profile import CpuFacts, GpuFacts, HostProfile, MemoryFacts, NpuFacts, PciIds
-from snapbuild.manifest_loader import load_manifest
-from snapbuild.selector import PRECEDENCE, select
+from snapbuild.manifest.loader import load_manifest
+from snapbuild.selection.selector import PRECEDENCE, select
 from snapcommon.errors import UsageError
 
 GIB = 1024**3

@@ -14,14 +14,14 @@ import yaml
 from pydantic import ValidationError
 
 from runtimes.catalog import load_catalog
-from snapbuild.estimate import quantization_table
-from snapbuild.estimate_tables import (
+from snapbuild.estimate.common import quantization_table
+from snapbuild.estimate.tables import (
     EstimateTable,
     QuantizationTable,
     estimate_table,
     quantizations,
 )
-from snapbuild.manifest_loader import load_manifest
+from snapbuild.manifest.loader import load_manifest
 from snapbuild.paths import manifests_dir
 from snapbuild.selection.hardware import Accel, HardwareTable, hardware_table
 from snapbuild.selection.ranking import CRITERIA, PRECEDENCE

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import hwprobe
-from snapbuild.manifest_loader import load_manifest
-from snapbuild.selector import select
+from snapbuild.manifest.loader import load_manifest
+from snapbuild.selection.selector import select
 
 MACHINES = Path(__file__).parent / "data" / "machines"
 GOLDEN = Path(__file__).parent / "data" / "selection"

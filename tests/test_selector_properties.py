@@ -7,9 +7,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hwprobe.profile import CpuFacts, GpuFacts, HostProfile, MemoryFacts, NpuFacts, PciIds
-from snapbuild.manifest import Manifest
-from snapbuild.manifest_loader import load_manifest
-from snapbuild.selector import Judged, judge, select
+from snapbuild.manifest.loader import load_manifest
+from snapbuild.manifest.model import Manifest
+from snapbuild.selection.selector import Judged, judge, select
 
 MANIFESTS = {name: load_manifest(name) for name in ("gemma3", "smollm2", "minilm")}
 GIB = 1024**3

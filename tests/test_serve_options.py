@@ -1,4 +1,5 @@
-"""What `serve` and the snap daemon hand the server (snapbuild.launch -> runtimes.ServeOptions):
+"""What `serve` and the snap daemon hand the server (snapbuild.serving.launch ->
+runtimes.ServeOptions):
 the Decision's context, slots and batching plan as chosen, the operator's overrides on top, and
 nothing re-derived in the runtime layer."""
 
@@ -10,15 +11,15 @@ from pathlib import Path
 import pytest
 
 from hwprobe import probe
-from runtimes.base import LoadOptions
-from runtimes.images import ImagePolicy
-from runtimes.llamaserver import ServingConfig
-from runtimes.server import ServeOptions
-from snapbuild.batching import kv_block_tokens
-from snapbuild.decision import Selected
-from snapbuild.launch import serve_options
-from snapbuild.manifest_loader import load_manifest
-from snapbuild.selector import select
+from runtimes.engine import LoadOptions
+from runtimes.gateway.images import ImagePolicy
+from runtimes.gateway.server import ServeOptions
+from runtimes.llamaserver.supervisor import ServingConfig
+from snapbuild.manifest.loader import load_manifest
+from snapbuild.selection.decision import Selected
+from snapbuild.selection.selector import select
+from snapbuild.serving.batching import kv_block_tokens
+from snapbuild.serving.launch import serve_options
 from snapcommon.errors import UsageError
 
 MACHINES = Path(__file__).parent / "data" / "machines"

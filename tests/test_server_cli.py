@@ -13,9 +13,9 @@ import yaml
 from support.serving import tiny_manifest
 from support.tiny_models import smollm2_gguf_path
 
-from runtimes.base import LoadOptions
-from runtimes.llamacpp import LlamaCppAdapter
-from runtimes.server import bind_socket, create_app
+from runtimes.engine import LoadOptions
+from runtimes.gateway.server import bind_socket, create_app
+from runtimes.inprocess.llamacpp import LlamaCppAdapter
 from snapbuild.cli import cli, run_cli
 
 

@@ -20,9 +20,9 @@ import pytest
 from support.serving import app_in_thread
 from support.tiny_models import smollm2_gguf_path, write_tiny_llama_gguf
 
-from runtimes.base import LoadOptions
-from runtimes.llamacpp import LlamaCppAdapter
-from runtimes.server import create_app
+from runtimes.engine import LoadOptions
+from runtimes.gateway.server import create_app
+from runtimes.inprocess.llamacpp import LlamaCppAdapter
 
 pytestmark = pytest.mark.slow
 

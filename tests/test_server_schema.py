@@ -21,12 +21,12 @@ from support.llama import llama_server
 from support.serving import app_in_thread
 from support.tiny_models import write_tiny_llama_gguf
 
-from runtimes.base import LoadOptions
-from runtimes.llamacpp import LlamaCppAdapter
-from runtimes.llamaserver import ServingConfig
-from runtimes.metrics import Metrics
-from runtimes.proxy import LlamaServerEngine
-from runtimes.server import create_app
+from runtimes.engine import LoadOptions
+from runtimes.gateway.metrics import Metrics
+from runtimes.gateway.server import create_app
+from runtimes.inprocess.llamacpp import LlamaCppAdapter
+from runtimes.llamaserver.engine import LlamaServerEngine
+from runtimes.llamaserver.supervisor import ServingConfig
 
 pytestmark = pytest.mark.slow
 CHECKS = [

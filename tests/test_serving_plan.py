@@ -11,11 +11,11 @@ import pytest
 from pydantic import ValidationError
 
 from runtimes.catalog import load_catalog
-from runtimes.llamaserver import ServingConfig, from_plan
-from snapbuild.estimate import shape_from_facts
-from snapbuild.estimate_tables import llama_memory, read_data
-from snapbuild.manifest_loader import load_manifest
-from snapbuild.serving import ServingTable, kv_types, option, plan, serving_table
+from runtimes.llamaserver.supervisor import ServingConfig, from_plan
+from snapbuild.estimate.shape import shape_from_facts
+from snapbuild.estimate.tables import llama_memory, read_data
+from snapbuild.manifest.loader import load_manifest
+from snapbuild.serving.plan import ServingTable, kv_types, option, plan, serving_table
 
 GIB = 2**30
 
@@ -124,9 +124,9 @@ def test_an_operators_context_is_planned_again_in_the_same_memory() -> None:
     """`<snap> set context-size=` and `serve --context-size`: the slots that fit at that context,
     in the memory the Decision saw (a 2 GiB GPU), not the selector's slots at a larger context."""
     import hwprobe
-    from snapbuild.launch import serve_options
-    from snapbuild.selector import select
-    from snapbuild.serving import serving_plan
+    from snapbuild.selection.selector import select
+    from snapbuild.serving.launch import serve_options
+    from snapbuild.serving.plan import serving_plan
 
     root = Path(__file__).parent / "data" / "machines" / "hp-pavilion-15-cs-3037nl" / "machine-root"
     manifest = load_manifest("smollm2")

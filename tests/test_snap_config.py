@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
-from snapbuild.decision import Candidate, MemoryEstimate
-from snapbuild.manifest_loader import load_manifest
+from snapbuild.manifest.loader import load_manifest
+from snapbuild.selection.decision import Candidate, MemoryEstimate
 from snapcommon.errors import UsageError
 from snaps import config
 

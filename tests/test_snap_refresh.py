@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from hwprobe import probe
-from snapbuild.builder import make
+from snapbuild.project.builder import make
 from snapbuild.trial.prime import assemble_prime, write_commands
 from snapbuild.trial.sandbox import Trial
 

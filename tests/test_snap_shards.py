@@ -21,10 +21,10 @@ import pytest
 import yaml
 from support.tiny_models import write_tiny_llama_gguf
 
-from snapbuild.build import packing
-from snapbuild.builder import BuiltProject, make
-from snapbuild.manifest import Manifest
-from snapbuild.manifest_loader import load_manifest
+from snapbuild.manifest.loader import load_manifest
+from snapbuild.manifest.model import Manifest
+from snapbuild.project import packing
+from snapbuild.project.builder import BuiltProject, make
 from snapbuild.trial.prime import assemble_prime, write_commands
 from snapbuild.trial.sandbox import Trial
 from snaps.artifacts import ArtifactError, layout, model_path, ready, resolve

@@ -16,8 +16,9 @@ from pydantic import ValidationError
 from support.new_models import write_chat_gguf
 from support.serving import app_in_thread
 
-from runtimes.base import LoadOptions, Message, SamplingParams
-from runtimes.templates import TemplateTable, choose_template, families, read_table
+from runtimes.chat_templates import TemplateTable, choose_template, families, read_table
+from runtimes.engine import LoadOptions
+from runtimes.inprocess.adapter import Message, SamplingParams
 
 GEMMA = ("<bos>", "<start_of_turn>", "<end_of_turn>", "<eos>")
 CHATML = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -93,7 +94,7 @@ def test_a_broken_template_table_is_rejected(
 
 
 def _adapter(path: Path) -> object:
-    from runtimes.llamacpp import LlamaCppAdapter
+    from runtimes.inprocess.llamacpp import LlamaCppAdapter
 
     adapter = LlamaCppAdapter(LoadOptions(artifact=path, runtime="llama.cpp-cpu", context_size=256))
     adapter.load()
@@ -121,8 +122,8 @@ def test_a_gguf_without_template_chats_with_its_familys(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_no_usable_template_refuses_chat_with_400_and_completes(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp")
-    from runtimes.llamacpp import LlamaCppAdapter
-    from runtimes.server import create_app
+    from runtimes.gateway.server import create_app
+    from runtimes.inprocess.llamacpp import LlamaCppAdapter
 
     path = write_chat_gguf(tmp_path / "base.gguf", specials=("<s>", "</s>"))
     options = LoadOptions(artifact=path, runtime="llama.cpp-cpu", context_size=256)
@@ -150,7 +151,7 @@ def test_no_usable_template_refuses_chat_with_400_and_completes(tmp_path: Path) 
 @pytest.mark.slow
 def test_the_manifests_template_wins(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp")
-    from runtimes.llamacpp import LlamaCppAdapter
+    from runtimes.inprocess.llamacpp import LlamaCppAdapter
 
     path = write_chat_gguf(tmp_path / "base.gguf", specials=("<s>", "</s>"))
     template = "{% for m in messages %}Q: {{ m['content'] }}\n{% endfor %}A:"

@@ -24,9 +24,9 @@ from support.llama import needs_llama_server
 from support.tiny_models import write_tiny_llama_gguf
 
 from hwprobe import probe
-from snapbuild.build import packing
-from snapbuild.manifest_loader import load_manifest
-from snapbuild.threads import default_threads
+from snapbuild.manifest.loader import load_manifest
+from snapbuild.project import packing
+from snapbuild.serving.threads import default_threads
 from snapbuild.trial.health import wait_healthy
 from snapbuild.trial.prime import assemble_prime, render, write_commands
 from snapbuild.trial.run import PROMPT, run_trial

@@ -23,7 +23,7 @@ import requests
 from support.llama import needs_llama_server
 
 from hwprobe import probe
-from snapbuild.threads import default_threads
+from snapbuild.serving.threads import default_threads
 from snapbuild.trial.sandbox import Trial
 
 pytestmark = [pytest.mark.slow, needs_llama_server]

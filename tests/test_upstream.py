@@ -1,4 +1,5 @@
-"""The gateway's streaming client for llama-server (runtimes.upstream), against a peer on a Unix
+"""The gateway's streaming client for llama-server (runtimes.llamaserver.upstream), against a peer
+on a Unix
 socket that sends exactly the bytes each case needs: chunked bodies split anywhere, a close in
 the middle, garbage, a flood that a slow reader must pause. The happy path against the real
 llama-server is covered by every streaming test of test_llama_server.py."""
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runtimes.upstream import HIGH_WATER, UpstreamError, open_stream
+from runtimes.llamaserver.upstream import HIGH_WATER, UpstreamError, open_stream
 
 Peer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"

@@ -13,7 +13,7 @@ from support.new_models import write_chat_gguf
 from support.tiny_models import CHATML_TEMPLATE
 
 from snapbuild.cli import cli, run_cli
-from snapbuild.manifest_loader import load_manifest
+from snapbuild.manifest.loader import load_manifest
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "new-model.md"
 pytestmark = pytest.mark.slow

@@ -63,9 +63,9 @@ def make_cmd(
     as_json: bool,
 ) -> None:
     """Write a complete snapcraft project for MODEL (a manifest name or path)."""
-    from snapbuild.builder import make, summary_data, summary_text
-    from snapbuild.manifest_checks import require_sound
-    from snapbuild.manifest_loader import load_manifest
+    from snapbuild.manifest.checks import require_sound
+    from snapbuild.manifest.loader import load_manifest
+    from snapbuild.project.builder import make, summary_data, summary_text
 
     manifest = load_manifest(model)
     require_sound(manifest, model, lambda text: click.echo(text, err=True))
@@ -96,8 +96,8 @@ def make_cmd(
 @click.option("--arch", "arches", help="Only these architectures (comma-separated).")
 def matrix_cmd(model: str, fmt: str, arches: str | None) -> None:
     """Print the build matrix of MODEL: architecture x variant x artifact."""
-    from snapbuild.manifest_loader import load_manifest
-    from snapbuild.matrix import format_matrix, matrix_entries
+    from snapbuild.manifest.loader import load_manifest
+    from snapbuild.project.matrix import format_matrix, matrix_entries
 
     manifest = load_manifest(model)
     chosen = _names(arches)
@@ -126,8 +126,8 @@ def matrix_cmd(model: str, fmt: str, arches: str | None) -> None:
 )
 def ci_cmd(model: str, output: Path | None, install: str) -> None:
     """Print a GitHub Actions workflow building every variant of MODEL."""
-    from snapbuild.manifest_loader import load_manifest
-    from snapbuild.matrix import workflow_text
+    from snapbuild.manifest.loader import load_manifest
+    from snapbuild.project.matrix import workflow_text
 
     text = workflow_text(load_manifest(model), install=install)
     if output is None:

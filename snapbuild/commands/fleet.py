@@ -64,9 +64,9 @@ def plan_cmd(
     roots, Ansible inventories, folders). Exits 3 when some host gets no engine."""
     from snapbuild.fleet import emit, report
     from snapbuild.fleet.advice import advise
-    from snapbuild.fleet.inventory import read_inventories
     from snapbuild.fleet.planner import default_selector, plan_fleet
-    from snapbuild.manifest_loader import load_manifest
+    from snapbuild.fleet.readers import read_inventories
+    from snapbuild.manifest.loader import load_manifest
 
     if as_json and as_csv:
         raise UsageError("--json and --csv are exclusive", resolution="pick one output format")

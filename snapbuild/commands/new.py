@@ -1,4 +1,5 @@
-"""``snapbuild new SOURCE...``: write a manifest from model files (thin: see snapbuild.scaffold)."""
+"""``snapbuild new SOURCE...``: write a manifest from model files (thin: see
+snapbuild.inspect.scaffold)."""
 
 from __future__ import annotations
 
@@ -38,8 +39,8 @@ def new_cmd(
 ) -> None:
     """Write a manifest from SOURCES: a GGUF file, an ONNX model or an OpenVINO IR directory;
     several quantizations of one model give one artifact each."""
-    from snapbuild.manifest_loader import load_manifest
-    from snapbuild.scaffold import new_manifest
+    from snapbuild.inspect.scaffold import new_manifest
+    from snapbuild.manifest.loader import load_manifest
 
     if url_base is not None and not url_base.startswith(("https://", "http://")):
         raise UsageError(

@@ -9,11 +9,11 @@ import click
 
 from hwprobe.load import load_host as hwprobe_load_host
 from hwprobe.profile import HostProfile
-from snapbuild.decision import Candidate, Decision
-from snapbuild.engine_rows import engine_rows
-from snapbuild.manifest import Manifest
-from snapbuild.manifest_loader import load_manifest, manifest_schema
-from snapbuild.selector import select
+from snapbuild.manifest.loader import load_manifest, manifest_schema
+from snapbuild.manifest.model import Manifest
+from snapbuild.selection.decision import Candidate, Decision
+from snapbuild.selection.rows import engine_rows
+from snapbuild.selection.selector import select
 from snapcommon.errors import NoEngineError, SnapbuildError, UsageError
 from snapcommon.sizes import memory as gib
 
@@ -227,8 +227,8 @@ def estimate_cmd(
     gguf_file: str, context: int, runtime_family: str, peak: bool, as_json: bool
 ) -> None:
     """Estimate the memory a local GGUF needs at a context size (steady state by default)."""
-    from snapbuild.estimate import estimate
-    from snapbuild.gguf_info import read_gguf_shape
+    from snapbuild.estimate.gguf_shape import read_gguf_shape
+    from snapbuild.estimate.memory import estimate
 
     shape = read_gguf_shape(Path(gguf_file))
     b = estimate(shape, context, runtime_family, peak=peak)
@@ -255,7 +255,7 @@ def estimate_cmd(
 def validate_cmd(files: tuple[str, ...], as_json: bool) -> None:
     """Check manifest FILES (names or paths), their licence, and the model files found here
     (size, sha256, format, model facts); exit 2 when any is invalid."""
-    from snapbuild.manifest_checks import check_manifest
+    from snapbuild.manifest.checks import check_manifest
 
     results: list[dict[str, object]] = []
     failed: list[SnapbuildError] = []

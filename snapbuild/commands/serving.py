@@ -9,9 +9,9 @@ from pathlib import Path
 import click
 
 from hwprobe.profile import HostProfile
-from snapbuild.decision import MemoryEstimate, Selected
-from snapbuild.manifest import Manifest
-from snapbuild.threads import default_threads as _threads
+from snapbuild.manifest.model import Manifest
+from snapbuild.selection.decision import MemoryEstimate, Selected
+from snapbuild.serving.threads import default_threads as _threads
 from snapcommon.errors import NoEngineError, UsageError
 
 
@@ -32,7 +32,7 @@ def _choose_engine(
     """The selector's choice (or ``engine``, when it is compatible): the engine, the context it
     chose, its serving configuration and batching plan, the inputs it serves; and its memory
     estimate (for planning the slots again at an operator's context)."""
-    from snapbuild.selector import select
+    from snapbuild.selection.selector import select
 
     if engine is not None and manifest.engine(engine) is None:
         raise UsageError(
@@ -89,10 +89,10 @@ def serve_cmd(
 ) -> None:
     """Serve MODEL's OpenAI-compatible API on this machine (selecting the engine)."""
     import hwprobe
-    from runtimes.server import run
-    from snapbuild.artifacts import locate
-    from snapbuild.launch import serve_options
-    from snapbuild.manifest_loader import load_manifest
+    from runtimes.gateway.server import run
+    from snapbuild.fetch.artifacts import locate
+    from snapbuild.manifest.loader import load_manifest
+    from snapbuild.serving.launch import serve_options
 
     manifest = load_manifest(model)
     port = _port(port_text) if port_text else None
@@ -148,9 +148,9 @@ def serve_cmd(
 @click.option("--json", "as_json", is_flag=True, help="Print where the files are, as JSON.")
 def fetch_cmd(model: str, engine: str | None, record: bool, as_json: bool) -> None:
     """Download MODEL's artifact for an engine into the cache (resumable, verified)."""
-    from snapbuild.artifacts import engine_artifact, fetch, tqdm_progress
-    from snapbuild.manifest_loader import load_manifest, resolve
-    from snapbuild.recording import fetch_recording
+    from snapbuild.fetch.artifacts import engine_artifact, fetch, tqdm_progress
+    from snapbuild.fetch.record import fetch_recording
+    from snapbuild.manifest.loader import load_manifest, resolve
 
     manifest = load_manifest(model)
     if engine is None and len({e.artifact for e in manifest.engines}) > 1:

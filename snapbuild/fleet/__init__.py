@@ -5,7 +5,8 @@ each distinct profile once, ``advise`` finds the changes that move the most host
 engine, and :mod:`snapbuild.fleet.report` / :mod:`snapbuild.fleet.emit` write the results.
 """
 
-from snapbuild.fleet.inventory import Inventory, InventoryIssue, read_inventories
+from snapbuild.fleet.inventory import Inventory, InventoryIssue
 from snapbuild.fleet.planner import FleetPlan, plan_fleet
+from snapbuild.fleet.readers import read_inventories
 
 __all__ = ["FleetPlan", "Inventory", "InventoryIssue", "plan_fleet", "read_inventories"]

@@ -21,8 +21,8 @@ import yaml
 from pydantic import PositiveInt, model_validator
 
 from hwprobe.profile import GpuFacts, HostProfile, MemoryFacts, NpuFacts, PciIds
-from snapbuild.decision import Decision
 from snapbuild.fleet.planner import FleetPlan, Selector
+from snapbuild.selection.decision import Decision
 from snapbuild.selection.hardware import vendor_name
 from snapcommon.model import KebabModel, repeated
 

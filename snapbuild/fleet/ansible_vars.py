@@ -16,13 +16,8 @@ from typing import Any
 
 from ruamel.yaml.comments import CommentedMap
 
-from snapbuild import yaml_rt
-from snapbuild.fleet.inventory import (
-    Inventory,
-    machine_root_of,
-    probe_root,
-    validate_profile,
-)
+from snapbuild.fleet.inventory import Inventory, machine_root_of, probe_root, validate_profile
+from snapbuild.manifest import yaml_rt
 
 FACT_VARS = ("hwprobe", "hwprobe_profile_file", "hwprobe_machine_root")
 # precedence levels of where a fact variable was set (higher wins)
@@ -73,7 +68,8 @@ class Parsed:
 
 
 # -- YAML ----------------------------------------------------------------------------------------
-# Files are read with ruamel.yaml's round-trip loader (:mod:`snapbuild.yaml_rt`, as manifests
+# Files are read with ruamel.yaml's round-trip loader (:mod:`snapbuild.manifest.yaml_rt`, as
+# manifests
 # are): its mappings carry the line of every key, which each message here names.
 def load_yaml(path: Path, inventory: Inventory) -> tuple[Any, int] | None:
     """The document of ``path`` and the line where it starts; None (reported) when the file

@@ -2,7 +2,8 @@
 
 An operator points ``snapbuild fleet plan`` at whatever they have: hwprobe JSON files, folders of
 them, JSON Lines files (one profile per line, each with a ``hostname``), recorded machine roots, or
-an Ansible inventory whose hosts carry hwprobe facts (see :mod:`snapbuild.fleet.ansible_inventory`).
+an Ansible inventory whose hosts carry hwprobe facts (see :mod:`snapbuild.fleet.ansible_inventory`);
+:mod:`snapbuild.fleet.readers` dispatches each path to its reader.
 Every reader yields hosts and problems; a bad entry is reported with its file and line and skipped,
 so one broken line never hides the rest of a 100,000-host fleet.
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -300,72 +300,3 @@ def read_machine_root(path: Path, inventory: Inventory) -> None:
     name = path.name if path.name != "machine-root" else path.parent.name
     hostname = profile.hostname or name
     inventory.add_host(hostname, str(path), None, inventory.add_profile(profile))
-
-
-# -- dispatch ------------------------------------------------------------------------------------
-def read_inventories(paths: list[Path]) -> Inventory:
-    """Read every inventory into one, in the order given (hosts keep their reading order)."""
-    inventory = Inventory()
-    for path in paths:
-        read_path(path, inventory)
-    return inventory
-
-
-def read_path(path: Path, inventory: Inventory) -> None:
-    """Dispatch one command-line path on its kind."""
-    if not path.exists():
-        inventory.report(str(path), None, "no such file or folder")
-    elif path.is_dir():
-        if machine_root_of(path) is not None:
-            read_machine_root(path, inventory)
-        else:
-            _read_folder(path, inventory)
-    else:
-        _read_file(path, inventory)
-
-
-def _read_folder(path: Path, inventory: Inventory) -> None:
-    """hwprobe JSON files, JSON Lines files and recorded machines inside, in name order."""
-    found = False
-    for child in _folder_entries(path):
-        found = True
-        read_path(child, inventory)
-    if not found:
-        inventory.report(
-            str(path),
-            None,
-            "the folder holds no inventory: expected *.json, *.jsonl files or recorded machine "
-            "folders (with machine-root/, or proc/ and sys/)",
-        )
-
-
-def _folder_entries(path: Path) -> Iterator[Path]:
-    for child in sorted(path.iterdir()):
-        if child.name.startswith("."):
-            continue
-        if child.is_dir():
-            if machine_root_of(child) is not None or any(_folder_entries(child)):
-                yield child
-        elif child.suffix in (".json", *JSON_LINES_SUFFIXES):
-            yield child
-
-
-def _read_file(path: Path, inventory: Inventory) -> None:
-    from snapbuild.fleet.ansible_inventory import read_ansible_ini, read_ansible_yaml
-
-    suffix = path.suffix.lower()
-    if suffix in JSON_LINES_SUFFIXES:
-        read_json_lines(path, inventory)
-    elif suffix == ".json":
-        read_json_file(path, inventory)
-    elif suffix in YAML_SUFFIXES:
-        read_ansible_yaml(path, inventory)
-    elif suffix in INI_SUFFIXES or not suffix:
-        read_ansible_ini(path, inventory)
-    else:
-        inventory.report(
-            str(path),
-            None,
-            f"unknown inventory kind {suffix!r}: use .json (one hwprobe profile), .jsonl (JSON "
-            "Lines), .yml/.yaml or .ini (Ansible inventory), or a folder",
-        )

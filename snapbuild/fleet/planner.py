@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hwprobe.profile import HostProfile
-from snapbuild.decision import Candidate, Decision
 from snapbuild.fleet.inventory import Inventory, InventoryIssue
-from snapbuild.manifest import Manifest
+from snapbuild.manifest.model import Manifest
+from snapbuild.selection.decision import Candidate, Decision
 
 # A host is "near its memory limit" when the selected engine leaves less than this fraction of
 # the memory it is measured against (RAM or VRAM) free: a browser tab or a second service away
@@ -62,7 +62,7 @@ class FleetPlan:
 
 def default_selector(*, include_experimental: bool = False) -> Selector:
     """The project's selector (issue 3's pure function), bound to the command's options."""
-    from snapbuild.selector import select
+    from snapbuild.selection.selector import select
 
     def run(manifest: Manifest, host: HostProfile) -> Decision:
         return select(manifest, host, include_experimental=include_experimental)

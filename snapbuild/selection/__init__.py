@@ -1,4 +1,5 @@
-"""The selector's parts, each judged or ranked apart; :mod:`snapbuild.selector` puts them together.
+"""The selector's parts, each judged or ranked apart; :mod:`snapbuild.selection.selector` puts them
+together.
 
 - :mod:`.hardware`: the typed hardware tables (bandwidths, accelerator classes, vendor names);
 - :mod:`.verdicts`: how one engine's verdicts are collected and worded;

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hwprobe.profile import HostProfile
-from snapbuild.manifest import Condition
+from snapbuild.manifest.model import Condition
 from snapbuild.selection.devices import gpu_problems
 from snapbuild.selection.hardware import hardware_table
 from snapbuild.selection.verdicts import Verdicts

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from hwprobe.profile import GpuFacts, HostProfile, NpuFacts
 from runtimes.catalog import RuntimeEntry
-from snapbuild.decision import DeviceClass
-from snapbuild.manifest import Engine, GpuRequirement
+from snapbuild.manifest.model import Engine, GpuRequirement
+from snapbuild.selection.decision import DeviceClass
 from snapbuild.selection.hardware import Accel, hardware_table, vendor_name
 from snapbuild.selection.verdicts import Verdicts, gib
 

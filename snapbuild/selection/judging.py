@@ -11,17 +11,18 @@ from typing import Any
 
 from hwprobe.profile import HostProfile
 from runtimes.catalog import RuntimeEntry, load_catalog
-from snapbuild.batching import plan_batching
-from snapbuild.decision import Candidate, DeviceClass
-from snapbuild.manifest import Artifact, Engine, Manifest
+from snapbuild.estimate.shape import model_shape
+from snapbuild.manifest.model import Artifact, Engine, Manifest
 from snapbuild.selection.conditions import check_architecture, judge_any_of, judge_condition
+from snapbuild.selection.decision import Candidate, DeviceClass
 from snapbuild.selection.devices import Device, cpu_device, gpu_key, pick_gpu, pick_npu
 from snapbuild.selection.hardware import hardware_table
-from snapbuild.selection.memory_fit import fit_memory, model_shape
+from snapbuild.selection.memory_fit import fit_memory
 from snapbuild.selection.ranking import Judged
 from snapbuild.selection.verdicts import Verdicts
-from snapbuild.serving import plan
-from snapbuild.vision import missing_inputs
+from snapbuild.selection.vision import missing_inputs
+from snapbuild.serving.batching import plan_batching
+from snapbuild.serving.plan import plan
 
 
 def _bandwidth(device: Device, host: HostProfile) -> float:

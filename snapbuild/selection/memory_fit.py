@@ -15,14 +15,16 @@ from dataclasses import dataclass
 
 from hwprobe.profile import HostProfile
 from runtimes.catalog import RuntimeEntry
-from snapbuild.decision import MemoryEstimate
-from snapbuild.estimate import ModelShape, host_overhead, shape_from_facts, with_headroom
-from snapbuild.estimate_llama import Pool, device_overhead, plan_memory, runtime_device
-from snapbuild.manifest import Engine, Manifest
+from snapbuild.estimate.common import host_overhead, with_headroom
+from snapbuild.estimate.llama import device_overhead, runtime_device
+from snapbuild.estimate.memory import Pool, plan_memory
+from snapbuild.estimate.shape import ModelShape, model_shape
+from snapbuild.manifest.model import Engine, Manifest
+from snapbuild.selection.decision import MemoryEstimate
 from snapbuild.selection.devices import Device, vram
 from snapbuild.selection.hardware import vendor_name
 from snapbuild.selection.verdicts import Verdicts, gib
-from snapbuild.vision import projector_bytes, vision_compute_bytes
+from snapbuild.selection.vision import projector_bytes, vision_compute_bytes
 
 
 def _pool(device: Device, host: HostProfile) -> tuple[str, int | None, str, bool]:
@@ -49,11 +51,6 @@ class Fit:
     text_only: bool = False  # the image encoder did not fit beside the model: images dropped
 
 
-def model_shape(manifest: Manifest, engine: Engine) -> ModelShape | None:
-    artifact = manifest.artifact(engine.artifact)
-    return shape_from_facts(manifest.model, artifact.size)
-
-
 def _contexts(manifest: Manifest, engine: Engine) -> tuple[int, int]:
     top = engine.context_size or manifest.default_context_size
     if manifest.model.context_length:
@@ -72,7 +69,7 @@ def _required(
     extra_compute: int = 0,
 ) -> MemoryEstimate:
     """The peak (a prompt that fills the context) on ``device``, plus the headroom;
-    ``extra_compute``: an image encoder's working set (snapbuild.vision)."""
+    ``extra_compute``: an image encoder's working set (snapbuild.selection.vision)."""
     if shape is None:  # facts too thin: weights and overhead only, said in the reasons
         host = host_overhead(None, family) if pool == "ram" else 0
         overhead = host + device_overhead(device)

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from snapbuild.decision import Candidate
-from snapbuild.estimate import quantization_bits
+from snapbuild.estimate.common import quantization_bits
+from snapbuild.selection.decision import Candidate
 from snapbuild.selection.hardware import Accel, hardware_table
 
 

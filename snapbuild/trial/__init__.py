@@ -1,7 +1,7 @@
 """`snapbuild try`'s machinery: a built snap's life on this machine without snapd.
 
 Toolkit-only: the builder leaves this package out of the source it vendors into a snap
-(:data:`snapbuild.build.render.TOOLKIT_ONLY`), because nothing an installed snap runs may depend
+(:data:`snapbuild.project.render.TOOLKIT_ONLY`), because nothing an installed snap runs may depend
 on a simulation of snapd. The trial drives the snap from outside, as snapd and a user would:
 it runs the rendered hook scripts and the snap's command as subprocesses, and puts a file-backed
 ``snapctl`` (:mod:`snapbuild.trial.snapctl`) first on their PATH.

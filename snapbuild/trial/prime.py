@@ -27,14 +27,14 @@ STANDIN_MODULE = "snapbuild.trial.snapctl"
 
 def render(manifest_name: str, dest: Path, engines: list[str] | None) -> None:
     """Render the snapcraft project with the builder, exactly as `snapbuild make` does."""
-    from snapbuild.builder import make
+    from snapbuild.project.builder import make
 
     make(manifest_name, dest, engines=engines or ())
 
 
 def snap_yaml_from(snapcraft: dict[str, Any], arch: str) -> dict[str, Any]:
     """What snapcraft writes to meta/snap.yaml (the builder's translation, one architecture)."""
-    from snapbuild.builder import snap_yaml
+    from snapbuild.project.builder import snap_yaml
 
     return snap_yaml(snapcraft, arch)
 
@@ -81,7 +81,7 @@ def assemble_prime(trial: Trial, arch: str) -> dict[str, Any]:
 
 def _prime_doc(trial: Trial, snapcraft: dict[str, Any]) -> None:
     """The licence notice, where the project's doc part organizes it (usr/share/doc/<snap>/)."""
-    from snapbuild.build.project import DOC_SOURCE_DIR
+    from snapbuild.project.snapcraft_yaml import DOC_SOURCE_DIR
 
     part = (snapcraft.get("parts") or {}).get(DOC_SOURCE_DIR) or {}
     target = str((part.get("organize") or {}).get("*", "")).strip("/")

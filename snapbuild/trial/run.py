@@ -24,7 +24,7 @@ from typing import Any
 
 from hwprobe.profile import HostProfile
 from hwprobe.replay import probe_from_environ
-from snapbuild.decision import Decision
+from snapbuild.selection.decision import Decision
 from snapbuild.trial.health import wait_healthy
 from snapbuild.trial.prime import assemble_prime, check_skeleton, render, write_commands
 from snapbuild.trial.sandbox import Trial, TrialError
@@ -61,9 +61,9 @@ def prepare(
     connections: dict[str, bool] | None = None,
 ) -> tuple[Trial, Decision, str]:
     """Render, select, assemble, stage and install (run the install and configure hooks)."""
-    from snapbuild.manifest_checks import require_sound
-    from snapbuild.manifest_loader import load_manifest
-    from snapbuild.selector import select
+    from snapbuild.manifest.checks import require_sound
+    from snapbuild.manifest.loader import load_manifest
+    from snapbuild.selection.selector import select
 
     manifest = load_manifest(model)
     require_sound(manifest, model, echo)

@@ -16,8 +16,8 @@ from typing import Any, BinaryIO
 import yaml
 
 from runtimes.catalog import load_catalog
-from snapbuild.engine_data import ENGINE_DATA_FILE, artifact_layout, read_engine_data
-from snapbuild.manifest import Manifest
+from snapbuild.manifest.model import Manifest
+from snapbuild.project.engine_data import ENGINE_DATA_FILE, artifact_layout, read_engine_data
 from snapbuild.trial.sandbox import Trial, TrialError
 
 # Python packages that make up each runtime family's component (what the snap's part stages).
@@ -48,7 +48,7 @@ def stage_components(
     Runtime components link the Python packages installed here; artifact components link the
     weights found in the cache or a local package. Returns what could not be staged.
     """
-    from snapbuild.artifacts import locate
+    from snapbuild.fetch.artifacts import locate
 
     catalog = load_catalog()
     unavailable: list[Unstaged] = []
@@ -93,7 +93,7 @@ def _native_tree(family: str, component: str) -> Path | bool:
     """
     if family != "llama.cpp":
         return True
-    from runtimes.native import ComponentTree, component_root
+    from runtimes.component_tree import ComponentTree, component_root
 
     root = component_root(component) or component_root()
     if root is None or ComponentTree(root).problems():
@@ -149,7 +149,7 @@ def _copy_bytes(src: BinaryIO, dest: Path, size: int) -> None:
 
 def _component_dir(trial: Trial, name: str, snapcraft: dict[str, Any]) -> Path:
     """A staged component with its meta/component.yaml, as snapcraft would pack it."""
-    from snapbuild.builder import component_yaml
+    from snapbuild.project.builder import component_yaml
 
     comp = trial.staged / name
     meta = comp / "meta" / "component.yaml"

@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from snapbuild.manifest import Manifest
-from snapbuild.manifest_loader import load_manifest
+from snapbuild.manifest.loader import load_manifest
+from snapbuild.manifest.model import Manifest
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 CASES = DATA / "build"

@@ -12,7 +12,7 @@ hold only their window" is checked against what llama.cpp allocates. llama.cpp t
 gemma3 when ``gemma3.attention.sliding_window`` is set, and then (no
 ``sliding_window_pattern`` key) makes 5 of every 6 layers local: layer ``i`` is global when
 ``i % 6 == 5`` (``llama_model_gemma3::load_arch_hparams``, ``set_swa_pattern(6)``), the rule
-:func:`snapbuild.gguf_info.sliding_layers` applies. gemma3 layers also carry Q/K norms and
+:func:`snapbuild.estimate.gguf_shape.sliding_layers` applies. gemma3 layers also carry Q/K norms and
 post-attention / post-feed-forward norms, which llama.cpp requires.
 """
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from runtimes.base import RuntimeFailure
-from runtimes.llamaserver import ServerBinary, find_server
+from runtimes.engine import RuntimeFailure
+from runtimes.llamaserver.supervisor import ServerBinary, find_server
 
 
 def llama_server() -> ServerBinary | None:

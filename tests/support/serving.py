@@ -63,7 +63,7 @@ def app_in_thread(app: Any) -> Iterator[str]:
     """Run a FastAPI app with uvicorn on a free loopback port; yield its base URL."""
     import uvicorn
 
-    from runtimes.server import bind_socket
+    from runtimes.gateway.server import bind_socket
 
     sock = bind_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]

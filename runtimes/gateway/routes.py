@@ -1,0 +1,351 @@
+"""The gateway's endpoints and error handlers, and the state they share.
+
+Every engine answers through these routes, so the API is the same whichever runtime the
+selector chose: errors in OpenAI's ``{"error": {message, type, param, code}}`` shape with the
+right status, ``/health`` (200 only once the engine is loaded and warmed up), ``/metrics``, the
+chat page at ``/``, and ``/v1`` (models, chat, completions, embeddings). The checks that do not
+depend on the engine (model id, capability, readiness, choices, images, empty inputs) happen
+here, before the engine sees a request. :func:`runtimes.gateway.server.create_app` assembles the
+app.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Protocol
+
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from runtimes.gateway import answers as a
+from runtimes.gateway import schemas as s
+from runtimes.gateway.errors import ApiError
+from runtimes.gateway.images import ImagePolicy, check_request
+from runtimes.gateway.metrics import Metrics
+from runtimes.inprocess.engine import MAX_EMBEDDING_INPUTS, LocalEngine
+
+__all__ = ["ERRORS", "Engine", "ServerState", "install_error_handlers", "install_routes"]
+
+log = logging.getLogger("snapbuild.server")
+
+NOT_AN_OBJECT = ("model_attributes_type", "dict_type", "missing")
+LIVE_REFRESH_S = 1.0
+
+
+class Engine(Protocol):
+    """What the gateway needs from an engine (:class:`LocalEngine`, ``LlamaServerEngine``)."""
+
+    notes: list[str]
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """What it does: chat, completion, embeddings."""
+        ...
+
+    @property
+    def runtime(self) -> str:
+        """The runtime id."""
+        ...
+
+    async def start(self) -> None:
+        """Load and warm up; raise when that fails."""
+
+    async def stop(self) -> None:
+        """Release everything."""
+
+    def describe(self) -> dict[str, Any]:
+        """What runs (``runtime_info`` in /health)."""
+        ...
+
+    def stats(self) -> dict[str, int]:
+        """Request counters (``generations`` in /health)."""
+        ...
+
+    async def refresh_live(self) -> dict[str, float]:
+        """Live gauges: queue depth, busy slots, KV-cache use."""
+        ...
+
+    async def chat(self, payload: dict[str, Any], request: Request) -> Response:
+        """A validated chat request."""
+        ...
+
+    async def completions(self, payload: dict[str, Any], request: Request) -> Response:
+        """A validated completion request."""
+        ...
+
+    async def embeddings(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """A validated embeddings request."""
+        ...
+
+
+@dataclass
+class ServerState:
+    """What the endpoints share: the engine, the identity, the load status, the metrics."""
+
+    engine: Engine
+    model_id: str
+    engine_name: str
+    device: str
+    context_size: int
+    metrics: Metrics
+    max_choices: int = 1
+    inputs: tuple[str, ...] = (
+        "text",
+    )  # what the engine takes in (images: runtimes.gateway.images)
+    images: ImagePolicy = field(default_factory=ImagePolicy)
+    status: str = "loading"
+    detail: str | None = None
+    load_error: BaseException | None = None
+    created: int = field(default_factory=lambda: int(time.time()))
+    live: dict[str, float] = field(default_factory=dict)
+    live_at: float = 0.0
+
+    def current(self) -> tuple[str, str | None]:
+        """(status, detail) now: a supervised child may have died since the load."""
+        status_of = getattr(self.engine, "status", None)
+        if self.status == "ok" and callable(status_of):
+            status, detail = status_of()
+            return str(status), detail
+        return self.status, self.detail
+
+    async def live_figures(self) -> dict[str, float]:
+        """The engine's gauges, read at most once a second."""
+        if time.monotonic() - self.live_at >= LIVE_REFRESH_S and self.status == "ok":
+            self.live_at = time.monotonic()
+            with contextlib.suppress(Exception):
+                self.live = await self.engine.refresh_live()
+        return self.live
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": a.ErrorResponse, "description": text}
+    for code, text in (
+        (400, "Malformed JSON, context overflow, or an operation the engine does not support"),
+        (404, "Unknown model id"),
+        (413, "Request body too large"),
+        (422, "A field has a wrong type or value"),
+        (503, "The model is still loading, failed to load, or its server is restarting"),
+    )
+}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """OpenAI's error shape for API errors, invalid bodies, unknown paths and crashes."""
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _validation_error(exc.errors()).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        return ApiError(exc.status_code, str(exc.detail), code=code).response()
+
+    @app.exception_handler(Exception)
+    async def crashed(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("request failed")
+        return ApiError(500, f"internal error: {exc}", type="server_error").response()
+
+
+PYDANTIC_TAGS = frozenset({"str", "int", "float", "bool", "none", "[key]"})
+
+
+def _validation_error(errors: Sequence[Any]) -> ApiError:
+    if any(e.get("type") in NOT_AN_OBJECT and tuple(e.get("loc", ())) == ("body",) for e in errors):
+        return ApiError(400, "the request body must be a JSON object", code="invalid_json")
+    if any(e.get("type") == "json_invalid" for e in errors):
+        detail = next(e for e in errors if e.get("type") == "json_invalid")
+        ctx = detail.get("ctx") or {}
+        return ApiError(
+            400,
+            f"the request body is not valid JSON: {ctx.get('error', detail.get('msg'))}",
+            code="invalid_json",
+        )
+    first = errors[0] if errors else {}
+    messages = "; ".join(f"{_field(e) or 'body'}: {e.get('msg')}" for e in errors[:5])
+    return ApiError(
+        422, f"invalid request: {messages}", param=_field(first) or None, code="invalid_value"
+    )
+
+
+def _field(error: Mapping[str, Any]) -> str:
+    """The request field an error is about, dotted (``messages.0.content``), without pydantic's
+    own steps: ``body``, a union member's tag (``str``, ``list[...]``, ``TextPart``) or ``[key]``
+    (a dict key that failed is named by the key before it)."""
+    parts = []
+    for part in error.get("loc", ()):
+        text = str(part)
+        internal = text in PYDANTIC_TAGS or "[" in text or text[:1].isupper()
+        if text != "body" and not (isinstance(part, str) and internal):
+            parts.append(text)
+    return ".".join(parts)
+
+
+def install_routes(app: FastAPI, state: ServerState) -> None:
+    """The endpoints, answering from ``state``."""
+
+    @app.get("/health", response_model=a.Health, responses={503: {"model": a.Health}})
+    async def health() -> JSONResponse:
+        """200 once the engine is ready and warmed up; 503 while loading, restarting, or after
+        a failure (``detail`` says what happened)."""
+        status, detail = state.current()
+        body = a.Health(
+            status=status,  # type: ignore[arg-type]
+            model=state.model_id,
+            engine=state.engine_name,
+            runtime=state.engine.runtime,
+            device=state.device,
+            context_size=state.context_size,
+            inputs=list(state.inputs),
+            detail=detail,
+            runtime_info=state.engine.describe(),
+            generations=a.QueueStats(**state.engine.stats()),
+        )
+        return JSONResponse(body.model_dump(), status_code=200 if status == "ok" else 503)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> PlainTextResponse:
+        """Prometheus text: requests by status, TTFT and inter-token histograms, tokens/s,
+        queue depth, busy slots, KV-cache use."""
+        live = await state.live_figures()
+        return PlainTextResponse(
+            state.metrics.render(live), media_type="text/plain; version=0.0.4; charset=utf-8"
+        )
+
+    @app.get("/", include_in_schema=False)
+    async def chat_page() -> HTMLResponse:
+        """A small chat page for people, talking to /v1 with streaming."""
+        page = resources.files("runtimes.gateway").joinpath("chat.html").read_text(encoding="utf-8")
+        return HTMLResponse(page.replace("{{MODEL}}", _html_escape(state.model_id)))
+
+    @app.get("/v1/models", response_model=a.ModelList)
+    async def models() -> a.ModelList:
+        """The one model this server serves; its id is the snap's name."""
+        return a.ModelList(data=[_card(state)])
+
+    @app.get("/v1/models/{model}", response_model=a.ModelCard, responses=ERRORS)
+    async def model(model: str) -> a.ModelCard:
+        """One model by id."""
+        _check_model(state, model)
+        return _card(state)
+
+    @app.post(
+        "/v1/chat/completions",
+        response_model=a.ChatCompletion,
+        responses={**ERRORS, 200: _stream_doc(a.ChatCompletionChunk)},
+    )
+    async def chat(body: s.ChatCompletionRequest, request: Request) -> Any:
+        """Chat with the model; ``stream: true`` answers server-sent events ending in [DONE]."""
+        _check_ready(state, body.model, "chat")
+        _check_choices(state, body.n)
+        payload = await check_request(
+            await request.json(), state.images, state.inputs, state.model_id
+        )
+        return await state.engine.chat(payload, request)
+
+    @app.post(
+        "/v1/completions",
+        response_model=a.Completion,
+        responses={**ERRORS, 200: _stream_doc(a.Completion)},
+    )
+    async def completions(body: s.CompletionRequest, request: Request) -> Any:
+        """Continue a prompt; ``stream: true`` answers server-sent events ending in [DONE]."""
+        _check_ready(state, body.model, "completion")
+        _check_choices(state, body.n)
+        if isinstance(body.prompt, list) and len(body.prompt) != 1:
+            raise ApiError(400, "give exactly one prompt per request", param="prompt")
+        payload = await request.json()
+        if not body.prompt or not (body.prompt if isinstance(body.prompt, str) else body.prompt[0]):
+            raise ApiError(400, "the prompt is empty; give some text", param="prompt")
+        return await state.engine.completions(payload, request)
+
+    @app.post("/v1/embeddings", response_model=a.EmbeddingList, responses=ERRORS)
+    async def embeddings(body: s.EmbeddingRequest, request: Request) -> Any:
+        """Embed one text or a list of texts, where the engine computes embeddings."""
+        _check_ready(state, body.model, "embeddings")
+        texts = [body.input] if isinstance(body.input, str) else body.input
+        if not texts or len(texts) > MAX_EMBEDDING_INPUTS:
+            raise ApiError(400, f"give between 1 and {MAX_EMBEDDING_INPUTS} inputs", param="input")
+        empty = [i for i, t in enumerate(texts) if not t.strip()]
+        if empty:
+            where = "input" if isinstance(body.input, str) else f"input[{empty[0]}]"
+            raise ApiError(
+                400,
+                f"{where} is empty: there is nothing to embed",
+                param="input",
+                code="empty_input",
+            )
+        return JSONResponse(await state.engine.embeddings(await request.json()))
+
+
+def _html_escape(text: str) -> str:
+    return (
+        text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    )
+
+
+def _stream_doc(chunk: type[Any]) -> dict[str, Any]:
+    return {
+        "description": "The completion; with stream: true, server-sent events whose data are "
+        f"{chunk.__name__} objects, ending with 'data: [DONE]'.",
+        "content": {
+            "text/event-stream": {"schema": {"$ref": f"#/components/schemas/{chunk.__name__}"}}
+        },
+    }
+
+
+def _card(state: ServerState) -> a.ModelCard:
+    return a.ModelCard(id=state.model_id, created=state.created, inputs=list(state.inputs))  # type: ignore[arg-type]
+
+
+def _check_model(state: ServerState, model: str) -> None:
+    if model != state.model_id:
+        raise ApiError(
+            404,
+            f"the model {model!r} does not exist; this server serves {state.model_id!r}",
+            param="model",
+            code="model_not_found",
+        )
+
+
+def _check_ready(state: ServerState, model: str, capability: str) -> None:
+    _check_model(state, model)
+    if capability not in state.engine.capabilities:
+        does = ", ".join(sorted(state.engine.capabilities)) or "nothing"
+        raise ApiError(
+            400,
+            f"the {state.engine_name} engine ({state.engine.runtime}) does not support "
+            f"{capability}; it supports: {does}",
+            code="unsupported_operation",
+        )
+    status, detail = state.current()
+    if status != "ok":
+        raise ApiError(
+            503,
+            f"the model is not ready ({status}" + (f": {detail}" if detail else "") + "); "
+            "check GET /health",
+            type="service_unavailable",
+            code="model_not_ready",
+        )
+
+
+def _check_choices(state: ServerState, n: int) -> None:
+    if n > state.max_choices and not isinstance(state.engine, LocalEngine):
+        raise ApiError(
+            400,
+            f"n={n} is more choices than this server generates at once ({state.max_choices}, "
+            "its parallel slots)",
+            param="n",
+            code="unsupported_parameter",
+        )

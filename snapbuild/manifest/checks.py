@@ -1,0 +1,270 @@
+"""Checks of a loaded manifest against the world: the licence snapd accepts, and the model files
+that are on this machine.
+
+The manifest loader checks a manifest on its own terms. These checks compare it with what a
+local file says, where a file is at hand (a ``local:`` copy or one ``snapbuild fetch`` cached):
+its size, sha256 and format (GGUF magic, ONNX / OpenVINO IR that load), and the model facts the
+selector trusts (layers, heads, sizes...), each difference named with what the file says and the
+key it says it in. ``validate``, ``make`` and ``try`` run them, so a wrong hash or a text file
+named ``.gguf`` stops at the first command rather than at ``snap pack`` or in a restart loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from snapbuild.inspect.gguf import FileFacts, is_gguf, read_gguf_facts
+from snapbuild.manifest.model import Artifact, ArtifactFile, Manifest
+from snapbuild.manifest.spdx import license_problem
+from snapcommon.errors import ManifestError, UsageError
+from snapcommon.files import sha256_of
+
+Level = Literal["error", "warning"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One difference or risk: the manifest field, what is wrong, and how to fix it."""
+
+    level: Level
+    field: str
+    message: str
+    fix: str
+
+    def format(self) -> str:
+        return f"{self.level}: {self.field}: {self.message}\n  fix: {self.fix}"
+
+    def to_data(self) -> dict[str, str]:
+        return {"level": self.level, "field": self.field, "message": self.message, "fix": self.fix}
+
+
+def check_manifest(manifest: Manifest) -> list[Finding]:
+    """Every finding for ``manifest``: its licence, then each artifact found locally."""
+    out = _license(manifest)
+    for index, artifact in enumerate(manifest.artifacts):
+        out += _artifact(manifest, index, artifact)
+    return out
+
+
+def require_sound(manifest: Manifest, shown: str, warn: Callable[[str], None]) -> list[Finding]:
+    """Run the checks; pass warnings to ``warn``; raise :class:`ManifestError` on errors."""
+    findings = check_manifest(manifest)
+    for f in findings:
+        if f.level == "warning":
+            warn(f.format())
+    errors = [f for f in findings if f.level == "error"]
+    if errors:
+        count = len(errors)
+        raise ManifestError(
+            f"{shown} does not match its model files ({count} problem{'s' * (count != 1)})",
+            details="\n".join(f.format() for f in errors),
+            resolution=errors[0].fix if count == 1 else "fix each problem listed above",
+        )
+    return findings
+
+
+def _license(manifest: Manifest) -> list[Finding]:
+    problem = license_problem(manifest.license)
+    if problem is None:
+        return []
+    return [
+        Finding(
+            "warning",
+            "license",
+            f"{problem}: snapd accepts only SPDX expressions (SPDX License List "
+            "3.11 ids, AND/OR/WITH) in a snap's license, and `snap pack` refuses others",
+            "use an SPDX expression when the model has one (e.g. Apache-2.0); for a licence "
+            "that has no SPDX id (Gemma, Llama community licences) the built snap leaves "
+            "`license:` out and ships the licence text as a document under usr/share/doc",
+        )
+    ]
+
+
+def present_file(manifest: Manifest, artifact: Artifact, file: ArtifactFile) -> tuple[Path, bool]:
+    """Where the file is on this machine and whether it is a ``local:`` copy (never verified by
+    ``fetch``); raises nothing: a missing file is ``(Path(), False)``."""
+    from snapbuild.fetch.artifacts import artifact_dir, local_file
+
+    if file.local is not None and (found := local_file(file.local)) is not None:
+        return found, True
+    cached = artifact_dir(manifest, artifact) / file.path
+    return (cached, False) if cached.is_file() else (Path(), False)
+
+
+def _artifact(manifest: Manifest, index: int, artifact: Artifact) -> list[Finding]:
+    out: list[Finding] = []
+    where = f"artifacts[{index}]"
+    paths: dict[str, Path] = {}
+    for j, file in enumerate(artifact.files):
+        path, is_local = present_file(manifest, artifact, file)
+        field = f"{where}.files[{j}]"
+        if path == Path():
+            if file.url is None and file.local is not None:
+                out.append(
+                    Finding(
+                        "error",
+                        f"{field}.local.path",
+                        f"the local-only file {file.path} is not at {file.local.path}",
+                        "put the file there or correct local.path (relative to the manifest)",
+                    )
+                )
+            continue
+        paths[file.path] = path
+        out += _file(field, file, path, hash_it=is_local)
+    if any(f.level == "error" for f in out) or len(paths) != len(artifact.files):
+        return out  # facts are read from complete, correct files only
+    if artifact.role == "projector":
+        return out + _projector(where, artifact, paths[artifact.files[0].path])
+    try:
+        facts = _facts(artifact, paths, manifest.model.chat_template)
+    except UsageError as err:
+        return out + [
+            Finding(
+                "error",
+                where,
+                f"{err.brief}: {err.details or ''}".rstrip(": "),
+                err.resolution or "give a loadable model file",
+            )
+        ]
+    if facts is not None:
+        out += _compare(manifest, where, artifact, facts)
+    return out
+
+
+def _projector(where: str, artifact: Artifact, path: Path) -> list[Finding]:
+    """A projector is llama.cpp's mmproj GGUF reading what the manifest says it reads."""
+    from snapbuild.inspect.gguf import projector_inputs
+
+    try:
+        reads = projector_inputs(path)
+    except UsageError as err:
+        return [Finding("error", where, err.brief, err.resolution or "give the mmproj GGUF")]
+    missing = [i for i in artifact.inputs if i not in reads]
+    if not missing:
+        return []
+    says = ", ".join(reads) if reads else "nothing (general.architecture is not clip)"
+    return [
+        Finding(
+            "error",
+            f"{where}.inputs",
+            f"the manifest says the projector reads {', '.join(missing)}; {path.name} reads {says}",
+            "give llama.cpp's mmproj GGUF for this model (its convert_hf_to_gguf.py --mmproj "
+            "writes one), or correct inputs",
+        )
+    ]
+
+
+def _file(field: str, file: ArtifactFile, path: Path, *, hash_it: bool) -> list[Finding]:
+    size = path.stat().st_size
+    if size != file.size:
+        return [
+            Finding(
+                "error",
+                f"{field}.size",
+                f"the manifest says {file.size} bytes; {path} is {size} bytes",
+                f"set size: {size} and sha256 to the file's (`snapbuild new {path}` computes "
+                "both), or replace the file with the right one",
+            )
+        ]
+    if hash_it:
+        digest = sha256_of(path)
+        if digest != file.sha256:
+            return [
+                Finding(
+                    "error",
+                    f"{field}.sha256",
+                    f"the manifest says {file.sha256}; {path} has sha256 {digest}",
+                    f"set sha256: {digest} if this file is the one to ship, else replace it",
+                )
+            ]
+    if path.suffix == ".gguf" and not is_gguf(path):
+        with path.open("rb") as fh:
+            head = fh.read(8)
+        return [
+            Finding(
+                "error",
+                f"{field}.path",
+                f"{path} is not a GGUF file: it starts with {head!r}, not b'GGUF'",
+                "give the real model file (llama.cpp's GGUF format)",
+            )
+        ]
+    return []
+
+
+def _facts(artifact: Artifact, paths: dict[str, Path], template: str | None) -> FileFacts | None:
+    """The facts the artifact's files state (GGUF header, ONNX graph, IR + config.json)."""
+    if artifact.format == "gguf":
+        first = paths[artifact.files[0].path]
+        return read_gguf_facts(first, template)
+    directory = {p.parent for p in paths.values()}
+    if artifact.format == "onnx":
+        from snapbuild.inspect.exported import read_onnx_facts
+
+        model = next((p for p in paths.values() if p.suffix == ".onnx"), None)
+        return read_onnx_facts(model) if model is not None else None
+    if len(directory) == 1:
+        from snapbuild.inspect.exported import read_ir_facts
+
+        _load_ir(paths)
+        return read_ir_facts(directory.pop())
+    return None
+
+
+def _load_ir(paths: dict[str, Path]) -> None:
+    """Each IR graph must load (OpenVINO's reader), when OpenVINO is installed."""
+    try:
+        import openvino
+    except ImportError:  # pragma: no cover - openvino ships with snapbuild's extras
+        return
+    core = openvino.Core()
+    for path in paths.values():
+        if path.suffix == ".xml":
+            try:
+                core.read_model(str(path))
+            except Exception as exc:
+                raise UsageError(
+                    f"OpenVINO cannot read {path}",
+                    details=str(exc).strip().splitlines()[0] if str(exc).strip() else None,
+                    resolution="export the model again; the .xml and its .bin must match",
+                ) from None
+
+
+def _compare(manifest: Manifest, where: str, artifact: Artifact, facts: FileFacts) -> list[Finding]:
+    out: list[Finding] = []
+    model: dict[str, Any] = manifest.model.model_dump()
+    for name, value in facts.facts.items():
+        key = f"model.{name.replace('_', '-')}"
+        said = model.get(name)
+        source = f"{facts.path.name} says {value!r} ({facts.sources.get(name, 'its metadata')})"
+        if said is None:
+            if name != "architecture":
+                out.append(Finding("warning", key, f"not given; {source}", f"add {key}: {value}"))
+        elif said != value and not (name == "architecture" and value == "unknown"):
+            out.append(
+                Finding(
+                    "error", key, f"the manifest says {said!r}; {source}", f"set {key}: {value}"
+                )
+            )
+    if facts.quantization and facts.quantization.casefold() != artifact.quantization.casefold():
+        out.append(
+            Finding(
+                "error",
+                f"{where}.quantization",
+                f"the manifest says {artifact.quantization}; {facts.path.name} is "
+                f"{facts.quantization} ({facts.quantization_source})",
+                f"set quantization: {facts.quantization}",
+            )
+        )
+    choice = facts.template
+    if manifest.model.kind == "chat" and choice is not None and choice.source in ("family", "none"):
+        fix = (
+            "nothing to do if that template is right; else give model.chat-template"
+            if choice.template
+            else "give the model's template as model.chat-template, or set model.kind: "
+            "completion (a base model)"
+        )
+        out.append(Finding("warning", "model.chat-template", choice.reason, fix))
+    return out

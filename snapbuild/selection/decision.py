@@ -1,0 +1,131 @@
+"""The selector's answer: ranked candidates with reasons, and the winner.
+
+This is a stable JSON contract (``snapbuild select --json``, the install hook's decision record
+under ``$SNAP_DATA``, fleet plans), so keys are kebab-case and versioned with the model.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from hwprobe.profile import ProbeWarning
+from snapcommon.model import KebabModel
+
+DeviceClass = Literal["cpu", "gpu", "npu"]
+
+
+class MemoryEstimate(KebabModel):
+    """Bytes an engine needs at a context size, and what the host has for it."""
+
+    weights: int
+    kv_cache: int
+    compute: int  # compute buffers
+    overhead: int  # runtime and framework overhead
+    required: int  # weights + kv-cache + compute + overhead, with headroom applied
+    available: int | None  # None: the host's memory for this device is unknown
+    pool: Literal["vram", "ram"]  # what it is measured against
+    context_size: int
+
+
+class Serving(KebabModel):
+    """How a llama.cpp engine serves (llama-server): slots, context per slot, KV-cache type."""
+
+    slots: int  # parallel sequences decoded in one batch (llama-server -np)
+    context_per_slot: int
+    kv_cache_type: str  # f16, q8_0...
+    flash_attention: bool
+    cache_reuse: int  # min reused prompt chunk (llama-server --cache-reuse); 0: off
+    kv_cache: int  # bytes of KV cache for all slots
+    required: int  # weights + all slots' KV + compute + overhead, with headroom
+    why: str
+
+    def summary(self) -> str:
+        """One line for `select`, `why` and `status`."""
+        reuse = (
+            f"prompt-cache reuse from {self.cache_reuse} tokens"
+            if self.cache_reuse
+            else ("no prompt-cache reuse")
+        )
+        return (
+            f"{self.slots} parallel slots x {self.context_per_slot} tokens, {self.kv_cache_type} "
+            f"KV cache, flash attention {'on' if self.flash_attention else 'off'}, {reuse} "
+            f"({self.why})"
+        )
+
+
+# --- concurrent serving (issue 13): OpenVINO continuous batching, ONNX Runtime micro-batching --
+
+
+class Batching(KebabModel):
+    """How the engine serves concurrent requests, planned from the memory fit
+    (:mod:`snapbuild.serving.batching`, table ``snapbuild/data/batching.yaml``)."""
+
+    mode: Literal["continuous", "one-at-a-time", "micro-batch"]
+    sequences: int  # continuous: generations decoding together; micro-batch: texts per batch
+    kv_cache_tokens: int | None = None  # continuous: paged KV cache, tokens over all sequences
+    kv_cache: int | None = None  # continuous: its estimated bytes (None: model shape unknown)
+    window_ms: float | None = None  # micro-batch: how long requests are gathered
+    why: str
+
+
+# --- end of concurrent serving ---------------------------------------------------------------
+
+
+class Candidate(KebabModel):
+    """One engine judged against one host."""
+
+    engine: str
+    runtime: str
+    device: DeviceClass
+    vendor: str | None = None  # GPU/NPU vendor, or the CPU vendor for CPU engines
+    quantization: str
+    artifact: str
+    experimental: bool = False
+    compatible: bool
+    reasons: tuple[str, ...]  # every requirement's verdict, passed and failed, in order
+    blockers: tuple[str, ...] = ()  # the failed verdicts alone (why-not)
+    memory: MemoryEstimate | None = None
+    context_size: int | None = None  # chosen context (stepped down to fit), None if none fits
+    estimated_tokens_per_second: float | None = None
+    rank: int | None = None  # 1 = best; None for incompatible engines
+    slot: str | None = None  # PCI slot of the GPU/NPU the engine would use
+    serving: Serving | None = None  # llama.cpp engines: the serving configuration
+    # what it would serve here: a vision engine whose image encoder does not fit is text only
+    inputs: tuple[Literal["text", "vision", "audio"], ...] = ("text",)
+    batching: Batching | None = None  # concurrent serving plan (None: not planned here)
+
+
+class Selected(KebabModel):
+    """The winning engine, in the shape consumers need to start it."""
+
+    engine: str
+    runtime: str
+    device: DeviceClass
+    vendor: str | None = None
+    context_size: int
+    artifact: str
+    quantization: str
+    slot: str | None = None
+    why: str  # why it beat the runner-up, or why it is the only one
+    serving: Serving | None = None
+    inputs: tuple[Literal["text", "vision", "audio"], ...] = ("text",)  # what it serves
+    batching: Batching | None = None  # concurrent serving plan (None: not planned here)
+
+
+class Decision(KebabModel):
+    """Everything the selector concluded for one manifest on one host."""
+
+    model: str
+    selected: Selected | None
+    candidates: tuple[Candidate, ...]
+    warnings: tuple[ProbeWarning, ...] = ()
+    precedence: tuple[str, ...] = ()  # the ranking keys, most important first, for the record
+
+    def candidate(self, engine: str) -> Candidate | None:
+        """The candidate for ``engine``, or None."""
+        return next((c for c in self.candidates if c.engine == engine), None)
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        """The JSON contract of ``snapbuild select --json``."""
+        return json.dumps(self.to_data(), indent=indent)
