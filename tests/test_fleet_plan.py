@@ -25,11 +25,12 @@ from snapbuild.fleet.advice import (
     counterfactuals,
     read_table,
 )
-from snapbuild.fleet.planner import default_selector, plan_fleet
+from snapbuild.fleet.planner import FleetPlan, default_selector, plan_fleet
 from snapbuild.fleet.readers import read_inventories
 from snapbuild.manifest.loader import load_manifest
 from snapbuild.manifest.model import Manifest
 from snapbuild.selection.decision import Decision
+from snapbuild.selection.tables import packaged_tables
 
 SKIPPED_JSONL = [
     "skipped fleet.jsonl:8: invalid JSON: Expecting value (column 36); write one complete JSON "
@@ -294,3 +295,44 @@ def test_the_fast_json_encoder_writes_exactly_the_plan_data() -> None:
     expected = plan_data(plan, advice)
     assert expected["hosts"] and expected["errors"] and expected["summary"]
     assert json.loads(to_json(plan, advice)) == json.loads(json.dumps(expected))
+
+
+def test_a_fleet_is_planned_under_the_tables_its_selector_was_given() -> None:
+    """Without llama.cpp's Vulkan build in the catalog, ws-01's AMD GPU (gfx1032, not a ROCm
+    target) has no engine left and the workstation moves to its Intel integrated GPU; every other
+    host keeps its engine, and the packaged tables still give ws-01 Vulkan."""
+    packaged = packaged_tables()
+    runtimes = tuple(r for r in packaged.catalog.runtimes if r.id != "llama.cpp-vulkan")
+    catalog = packaged.catalog.model_copy(update={"runtimes": runtimes})
+    selector = default_selector(tables=packaged.model_copy(update={"catalog": catalog}))
+    inventory = read_inventories([Path("fleet.jsonl")])
+    manifest = load_manifest("gemma3")
+
+    def engines(plan: FleetPlan) -> list[tuple[str, str | None]]:
+        return [
+            (h.hostname, (plan.outcome_of(h.key).selected or {}).get("engine"))
+            for h in inventory.hosts
+        ]
+
+    plan = plan_fleet(manifest, inventory, selector=selector)
+    packaged_plan = plan_fleet(manifest, inventory, selector=default_selector())
+    kiosks = [(name, "openvino-gpu") for name in ("kiosk-01", "kiosk-02", "kiosk-03")]
+    rest = [("pi-01", "cpu-arm64"), ("pi-02", "cpu-arm64")]
+    rest += [(name, None) for name in ("riscv-01", "tiny-01", "tiny-02")]
+    assert engines(plan) == [
+        *kiosks,
+        ("kiosk-npu-01", "openvino-gpu"),
+        ("ws-01", "openvino-gpu"),
+        *rest,
+    ]
+    assert engines(packaged_plan) == [
+        *kiosks,
+        ("kiosk-npu-01", "openvino-gpu"),
+        ("ws-01", "vulkan"),
+        *rest,
+    ]
+    ws = next(h.key for h in inventory.hosts if h.hostname == "ws-01")
+    assert plan.outcome_of(ws).reasons == (
+        "openvino-gpu runs on the integrated GPU, runner-up cpu-avx2 on the CPU: accelerator "
+        "class decides first",
+    )

@@ -22,17 +22,19 @@ from snapbuild.estimate.shape import ModelShape, model_shape
 from snapbuild.manifest.model import Engine, Manifest
 from snapbuild.selection.decision import MemoryEstimate
 from snapbuild.selection.devices import Device, vram
-from snapbuild.selection.hardware import vendor_name
+from snapbuild.selection.hardware import HardwareTable
 from snapbuild.selection.verdicts import Verdicts, gib
 from snapbuild.selection.vision import projector_bytes, vision_compute_bytes
 
 
-def _pool(device: Device, host: HostProfile) -> tuple[str, int | None, str, bool]:
+def _pool(
+    device: Device, host: HostProfile, hw: HardwareTable
+) -> tuple[str, int | None, str, bool]:
     """(pool, available bytes, label, exact) of the memory the engine draws from. ``exact`` is
     False when the figure is an upper bound (total RAM because available was not reported)."""
     if device.accel == "gpu-discrete" and device.gpu is not None:
-        have, source = vram(device.gpu)
-        label = f"{vendor_name(device.vendor)} VRAM"
+        have, source = vram(device.gpu, hw)
+        label = f"{hw.vendor_name(device.vendor)} VRAM"
         if source:
             label += f" ({source})"
         return "vram", have, label, True
@@ -98,13 +100,16 @@ def fit_memory(
     entry: RuntimeEntry,
     device: Device,
     host: HostProfile,
+    hw: HardwareTable,
 ) -> Fit:
+    """The estimate at the largest useful context that fits ``device``'s memory on ``host``
+    (``hw``: nominal VRAM and vendor names), with every step said in ``v``."""
     shape = model_shape(manifest, engine)
     projector = projector_bytes(manifest, engine)
     weights = manifest.artifact(engine.artifact).size + projector
     vision = vision_compute_bytes(manifest, engine)
     top, low = _contexts(manifest, engine)
-    pool, available, label, exact = _pool(device, host)
+    pool, available, label, exact = _pool(device, host, hw)
 
     dev = runtime_device(entry.id)
 
@@ -136,7 +141,7 @@ def fit_memory(
         what = "VRAM" if pool == "vram" else "RAM"
         why = "NVML unavailable or no driver answer" if pool == "vram" else "meminfo unreadable"
         v.ok(
-            f"{vendor_name(device.vendor) + ' ' if pool == 'vram' else ''}{what} unknown "
+            f"{hw.vendor_name(device.vendor) + ' ' if pool == 'vram' else ''}{what} unknown "
             f"({why}): {gib(best.required)} needed at context {top}, fit not verified"
         )
         v.warnings.append(

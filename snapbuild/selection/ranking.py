@@ -6,6 +6,10 @@ key it contributes and the ``why`` text that explains a win on it. The order of
 of a pick are all read from it, so they cannot drift apart (formerly a prose list, a key tuple
 and a function indexing that tuple by position had to be kept in step by hand). The last
 criterion, manifest order, is the only tie-break by position.
+
+The criteria read nothing but the :class:`Judged` values they compare: what the hardware table
+says about an engine's place (its class's rank and label, the sufficient speed) is recorded when
+the engine is judged, under the tables ``select`` was given (:meth:`Judged.under`).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 
 from snapbuild.estimate.common import quantization_bits
 from snapbuild.selection.decision import Candidate
-from snapbuild.selection.hardware import Accel, hardware_table
+from snapbuild.selection.hardware import Accel, HardwareTable
 
 
 @dataclass(frozen=True)
@@ -28,7 +32,35 @@ class Judged:
     verified: bool  # the memory fit was checked against a known figure
     index: int  # position in the manifest
     warnings: list[str]
+    accel_rank: int  # the class's place in the hardware table, best first
+    accel_label: str  # how ``why`` names the class
+    sufficient: float  # tokens/s beyond which speed no longer decides
     missing: tuple[str, ...] = ()  # inputs the model takes that this engine will not serve
+
+    @classmethod
+    def under(
+        cls,
+        hw: HardwareTable,
+        candidate: Candidate,
+        accel: Accel,
+        verified: bool,
+        index: int,
+        warnings: list[str],
+        missing: tuple[str, ...] = (),
+    ) -> Judged:
+        """An engine judged under ``hw``: the table's part in its ranking is read now, so
+        ranking needs no table and two engines of one selection compare like with like."""
+        return cls(
+            candidate,
+            accel,
+            verified,
+            index,
+            warnings,
+            hw.accel_rank(accel),
+            hw.accel_label(accel),
+            hw.sufficient_tokens_per_second,
+            missing,
+        )
 
     def key(self) -> tuple[Any, ...]:
         """The sort key: one element per criterion, in precedence order (smaller ranks first)."""
@@ -44,10 +76,6 @@ class Criterion:
     precedence: str
     key: Callable[[Judged], Any]
     why: Callable[[Judged, Judged], str]
-
-
-def _sufficient() -> float:
-    return hardware_table().sufficient_tokens_per_second
 
 
 def _tps(j: Judged) -> float:
@@ -69,10 +97,9 @@ def _why_inputs(w: Judged, r: Judged) -> str:
 
 
 def _why_accel(w: Judged, r: Judged) -> str:
-    label = hardware_table().accel_label
     return (
-        f"{w.candidate.engine} runs on the {label(w.accel)}, runner-up {r.candidate.engine} on "
-        f"the {label(r.accel)}: accelerator class decides first"
+        f"{w.candidate.engine} runs on the {w.accel_label}, runner-up {r.candidate.engine} on "
+        f"the {r.accel_label}: accelerator class decides first"
     )
 
 
@@ -89,7 +116,7 @@ def _why_speed(w: Judged, r: Judged) -> str:
 
 def _why_quality(w: Judged, r: Judged) -> str:
     win, run = w.candidate.engine, r.candidate.engine
-    both = f"{win} and runner-up {run} both reach the sufficient {_sufficient():g} tokens/s"
+    both = f"{win} and runner-up {run} both reach the sufficient {w.sufficient:g} tokens/s"
     if not w.verified:
         return f"{both} and their fit is unverified; {win} needs less memory"
     return (
@@ -100,7 +127,7 @@ def _why_quality(w: Judged, r: Judged) -> str:
 def _why_faster_still(w: Judged, r: Judged) -> str:
     win, run = w.candidate.engine, r.candidate.engine
     return (
-        f"{win} and runner-up {run} both exceed the sufficient {_sufficient():g} tokens/s "
+        f"{win} and runner-up {run} both exceed the sufficient {w.sufficient:g} tokens/s "
         f"with {w.candidate.quantization}; {win} is faster still "
         f"(~{_tps(w):g} vs ~{_tps(r):g} tokens/s)"
     )
@@ -123,7 +150,7 @@ CRITERIA: tuple[Criterion, ...] = (
     Criterion(
         "accelerator-class",
         "accelerator class (discrete GPU > integrated GPU > NPU > CPU)",
-        lambda j: hardware_table().accel_rank(j.accel),
+        lambda j: j.accel_rank,
         _why_accel,
     ),
     Criterion(
@@ -136,7 +163,7 @@ CRITERIA: tuple[Criterion, ...] = (
         "sufficient-speed",
         "estimated decode tokens/s (bandwidth x runtime efficiency / weight bytes), "
         "capped at the sufficient speed",
-        lambda j: -min(_tps(j), _sufficient()),
+        lambda j: -min(_tps(j), j.sufficient),
         _why_speed,
     ),
     Criterion(

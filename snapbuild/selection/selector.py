@@ -17,6 +17,10 @@ Unknown facts are handled deliberately (see docs/selection.md):
   could not be read: guessing wrong there crashes the engine (SIGILL, no device), and a
   CPU engine is always there to fall back to.
 
+The tables (runtime catalog, hardware, serving and batching) are an argument too
+(:class:`snapbuild.selection.tables.SelectionTables`, the packaged ones by default), so a test or a
+third party can select under its own catalog without touching the packaged loaders.
+
 This module only puts the parts together (:mod:`snapbuild.selection`: devices, conditions,
 memory fit, judging, ranking); the names other modules import from it stay here.
 """
@@ -30,10 +34,11 @@ from snapbuild.manifest.model import Manifest
 from snapbuild.selection.decision import Decision, Selected
 from snapbuild.selection.judging import judge
 from snapbuild.selection.ranking import PRECEDENCE, Judged, why
+from snapbuild.selection.tables import SelectionTables, packaged_tables
 from snapbuild.selection.verdicts import gib
 from snapcommon.errors import UsageError
 
-__all__ = ["PRECEDENCE", "Judged", "gib", "judge", "select"]
+__all__ = ["PRECEDENCE", "Judged", "SelectionTables", "gib", "judge", "packaged_tables", "select"]
 
 
 def select(
@@ -42,19 +47,23 @@ def select(
     *,
     include_experimental: bool = False,
     engine: str | None = None,
+    tables: SelectionTables | None = None,
 ) -> Decision:
     """Judge every engine of ``manifest`` on ``host``, rank the compatible ones, pick one.
 
-    ``engine`` forces that engine (it is selected only if compatible). Pure: reads nothing
-    but its arguments and the packaged data tables.
+    ``engine`` forces that engine (it is selected only if compatible). ``tables``: the runtime
+    catalog, hardware, serving and batching tables to judge by (None: the packaged ones). Pure:
+    reads nothing but its arguments and the estimator's own constants (:mod:`.tables` says why
+    those are not arguments).
     """
+    tables = tables or packaged_tables()
     if engine is not None and manifest.engine(engine) is None:
         raise UsageError(
             f"{manifest.name} has no engine named {engine!r}",
             resolution="use one of: " + ", ".join(e.name for e in manifest.engines),
         )
     judged = [
-        judge(manifest, e, i, host, include_experimental or engine == e.name)
+        judge(manifest, e, i, host, include_experimental or engine == e.name, tables)
         for i, e in enumerate(manifest.engines)
     ]
     ranked = sorted((j for j in judged if j.candidate.compatible), key=Judged.key)
