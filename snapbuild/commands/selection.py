@@ -220,6 +220,7 @@ def why_not_lines(decision: Decision, cand: Candidate) -> list[str]:
     type=click.Choice(["llama.cpp", "openvino", "onnxruntime"]),
     default="llama.cpp",
     show_default=True,
+    help="The runtime family whose KV-cache and compute rules apply.",
 )
 @click.option("--peak", is_flag=True, help="Include the compute a full prompt batch touches.")
 @click.option("--json", "as_json", is_flag=True, help="Print bytes as JSON.")
