@@ -109,6 +109,11 @@ class RuntimeAdapter(ABC):
         """Free the model (default: nothing; the runtime frees it when collected)."""
 
     @property
+    def inputs(self) -> tuple[str, ...]:
+        """What it takes in (default: text only; a vision pipeline adds ``"vision"``)."""
+        return ("text",)
+
+    @property
     def concurrency(self) -> int:
         """How many requests the server may hand this adapter at once (default 1: the adapter
         is not thread-safe). Batching adapters answer more and take concurrent calls."""
