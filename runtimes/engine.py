@@ -23,6 +23,7 @@ from runtimes.requests import ChatCompletionRequest, CompletionRequest, Embeddin
 from snapcommon.errors import SnapbuildError
 
 Capability = Literal["chat", "completion", "embeddings"]
+Modality = Literal["text", "vision", "audio"]  # what a model takes in
 Status = Literal["loading", "ok", "restarting", "error"]  # /health's status
 # a JSON value as parsed: what crosses the boundary untyped is at least typed as JSON
 Json: TypeAlias = "str | int | float | bool | None | Sequence[Json] | Mapping[str, Json]"
@@ -96,7 +97,7 @@ class Engine(Protocol):
         ...
 
     @property
-    def inputs(self) -> tuple[str, ...]:
+    def inputs(self) -> tuple[Modality, ...]:
         """What it takes in: ``("text",)``, or ``("text", "vision")`` when it reads images."""
         ...
 

@@ -164,7 +164,7 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
             runtime=state.engine.runtime,
             device=state.device,
             context_size=state.context_size,
-            inputs=list(state.engine.inputs),  # type: ignore[arg-type]
+            inputs=list(state.engine.inputs),
             detail=detail,
             runtime_info=state.engine.describe(),
             generations=a.QueueStats(**state.engine.stats()),
@@ -279,8 +279,7 @@ def _stream_doc(chunk: type[Any]) -> dict[str, Any]:
 
 
 def _card(state: ServerState) -> a.ModelCard:
-    inputs = list(state.engine.inputs)
-    return a.ModelCard(id=state.model_id, created=state.created, inputs=inputs)  # type: ignore[arg-type]
+    return a.ModelCard(id=state.model_id, created=state.created, inputs=list(state.engine.inputs))
 
 
 def _check_model(state: ServerState, model: str) -> None:

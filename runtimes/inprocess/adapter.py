@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from runtimes.engine import Capability, LoadOptions
+from runtimes.engine import Capability, LoadOptions, Modality
 from snapcommon.errors import SnapbuildError
 
 FinishReason = Literal["stop", "length", "cancelled"]
@@ -109,7 +109,7 @@ class RuntimeAdapter(ABC):
         """Free the model (default: nothing; the runtime frees it when collected)."""
 
     @property
-    def inputs(self) -> tuple[str, ...]:
+    def inputs(self) -> tuple[Modality, ...]:
         """What it takes in (default: text only; a vision pipeline adds ``"vision"``)."""
         return ("text",)
 

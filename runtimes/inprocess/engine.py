@@ -23,7 +23,7 @@ from typing import Any
 from fastapi import Response
 
 from runtimes import requests as s
-from runtimes.engine import Call, JsonObject, Status
+from runtimes.engine import Call, JsonObject, Modality, Status
 from runtimes.gateway.errors import ApiError, unsupported
 from runtimes.gateway.metrics import Metrics
 from runtimes.gateway.sse import HEAD_GRACE_S, streaming
@@ -57,7 +57,7 @@ class LocalEngine:
         return self.adapter.options.runtime
 
     @property
-    def inputs(self) -> tuple[str, ...]:
+    def inputs(self) -> tuple[Modality, ...]:
         """The adapter's (a vision pipeline takes images)."""
         return self.adapter.inputs
 

@@ -27,7 +27,7 @@ from fastapi import Response
 from fastapi.responses import JSONResponse
 
 from runtimes.chat_templates import TemplateChoice, template_for_file
-from runtimes.engine import Call, JsonObject, LoadOptions, RuntimeFailure, Status
+from runtimes.engine import Call, JsonObject, LoadOptions, Modality, RuntimeFailure, Status
 from runtimes.gateway.metrics import Metrics
 from runtimes.gateway.sse import DONE, HEAD_GRACE_S, event, streaming
 from runtimes.llamaserver import toolcalls
@@ -103,7 +103,7 @@ class LlamaServerEngine:
         return self.options.runtime
 
     @property
-    def inputs(self) -> tuple[str, ...]:
+    def inputs(self) -> tuple[Modality, ...]:
         """What it takes in: images too when a projector (mmproj) is loaded beside the weights."""
         return ("text", "vision") if self.options.projector is not None else ("text",)
 
