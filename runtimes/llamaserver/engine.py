@@ -300,6 +300,7 @@ class LlamaServerEngine:
         *,
         chat: bool,
     ) -> Response:
+        """Relay a chat or completion: the client's JSON as sent, answered whole or streamed."""
         forwarded = _forwarded(call.json)
         if not body.stream:
             out = await self._whole(path, forwarded, call, chat=chat)
