@@ -1,8 +1,9 @@
 """The runtime catalog (``runtimes/catalog.yaml``) as typed data.
 
-Manifests name runtimes by id; the selector reads their device class, the server their adapter,
-the builder their build recipe. Keeping this as one table means adding a runtime is a data change
-that every part sees at once.
+Manifests name runtimes by id; the selector reads their device class, the server how to serve
+them (``serving``, and the ``adapter`` where that is in-process), the builder their build
+recipe. Keeping this as one table means adding a runtime is a data change that every part sees
+at once.
 """
 
 from __future__ import annotations
@@ -83,9 +84,13 @@ class RuntimeEntry(KebabModel):
     gpu_vendors: tuple[str, ...] = ()
     npu_vendors: tuple[str, ...] = ()
     formats: tuple[Literal["gguf", "openvino-ir", "onnx"], ...]
-    adapter: str  # "module:Class"
+    # the in-process adapter, "module:Class": what serves the runtime where ``serving`` is
+    # in-process; a llama-server entry's is what switching it to in-process would serve (and
+    # what tests load directly)
+    adapter: str
     # how the gateway serves it: the adapter in its own process, or llama.cpp's llama-server
-    # as a supervised child (continuous batching over parallel slots)
+    # as a supervised child (continuous batching over parallel slots); the selector plans
+    # llama-server's slots only for the latter
     serving: Literal["in-process", "llama-server"] = "in-process"
     capabilities: tuple[Capability, ...]
     # what the runtime can take in on the devices it drives (snapbuild.selection.vision ranks by it)

@@ -26,7 +26,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +108,12 @@ class ServingConfig:
     threads: int | None = None
     gpu_layers: int | None = None  # None: none on CPU engines, all on GPU engines
     batch_size: int | None = None  # logical and physical batch (embeddings need the whole input)
+
+    def for_embeddings(self) -> ServingConfig:
+        """The embedding child's: one slot, f16 cache, no reuse, and the whole context in one
+        batch, since an embedding is pooled over all of its input."""
+        ctx = self.context_per_slot
+        return replace(self, slots=1, kv_cache_type="f16", cache_reuse=0, batch_size=ctx)
 
 
 def from_plan(plan: Any, threads: int | None = None) -> ServingConfig:
@@ -384,7 +390,3 @@ class Supervisor:
             if text:
                 self.state.log.append(text)
                 log.debug("%s: %s", self.name, text)
-
-    def log_text(self) -> str:
-        """The child's recent log lines (buffer sizes, errors)."""
-        return "\n".join(self.state.log)
