@@ -177,13 +177,21 @@ def _as_int(value: Any, default: int) -> int:
         return -1  # fails validation with a message naming the stored value
 
 
-def port_is_free(host: str, port: int) -> bool:
-    """Whether a server could listen on host:port now."""
+def port_is_free(host: str, port: int) -> bool | None:
+    """Whether a server could listen on host:port now; None when this process may not open a
+    network socket to find out (a hook without the ``network-bind`` plug gets EACCES under
+    AppArmor): then only the daemon, which has the plug, can tell, and it says so in status."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
+    try:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except PermissionError:
+        return None
+    with sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
+        except PermissionError:
+            return None
         except OSError:
             return False
     return True
@@ -235,7 +243,7 @@ def validate(
         )
     if not 1 <= settings.port <= 65535:
         problems.append(f"port {settings.port} is out of range: use 1-65535")
-    elif host_ok and settings.port != own_port and not port_is_free(settings.host, settings.port):
+    elif host_ok and settings.port != own_port and port_is_free(settings.host, settings.port) is False:
         problems.append(
             f"port {settings.port} is busy on {settings.host}: another program listens there "
             "(pick a free port, e.g. `set port=" + str(_free_port_near(settings)) + "`)"
@@ -300,8 +308,9 @@ def _free_port_near(settings: Settings) -> int:
 
 
 def first_free_port(host: str, start: int) -> int:
-    """``start`` or the next port after it that is free (the install hook's default port)."""
+    """``start`` or the next port after it that is free (the install hook's default port);
+    ``start`` when ports cannot be checked from here."""
     for port in range(start, min(start + 100, 65536)):
-        if port_is_free(host, port):
+        if port_is_free(host, port) is not False:
             return port
     return start
