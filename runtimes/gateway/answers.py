@@ -170,6 +170,15 @@ class EmbeddingList(BaseModel):
     usage: UsageInfo
 
 
+class Proof(BaseModel):
+    """One declared capability's check at start (runtimes.gateway.proofs): whether it passed,
+    why not, how long it took."""
+
+    passed: bool
+    detail: str | None = None
+    seconds: float
+
+
 class ModelCard(BaseModel):
     """The one model this server serves."""
 
@@ -178,6 +187,8 @@ class ModelCard(BaseModel):
     created: int
     owned_by: str = "snapbuild"
     inputs: list[Literal["text", "vision", "audio"]] = ["text"]  # what the model takes in
+    # the declared capabilities (text, vision, tools) as checked at start; empty: none declared
+    capabilities: dict[str, Proof] = Field(default_factory=dict)
 
 
 class ModelList(BaseModel):
@@ -223,5 +234,9 @@ class Health(BaseModel):
     context_size: int
     inputs: list[Literal["text", "vision", "audio"]] = ["text"]  # what the model takes in
     detail: str | None = None
+    # while the engine cannot serve: why (runtimes.gateway.outage.Reason) and what to do
+    reason: str | None = None
+    resolution: str | None = None
+    capabilities: dict[str, Proof] = Field(default_factory=dict)  # checked at start
     runtime_info: dict[str, object] = Field(default_factory=dict)
     generations: QueueStats

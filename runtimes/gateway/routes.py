@@ -25,11 +25,13 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from runtimes import requests as s
-from runtimes.engine import Call, Engine, JsonObject, Status
+from runtimes.engine import Call, Engine, JsonObject, Modality, Status
 from runtimes.gateway import answers as a
 from runtimes.gateway.errors import ApiError
 from runtimes.gateway.images import ImagePolicy, check_request, image_parts
 from runtimes.gateway.metrics import Metrics
+from runtimes.gateway.outage import Advice, Outage, Reason, UnavailableEngine
+from runtimes.gateway.proofs import refusal
 from runtimes.requests import MAX_EMBEDDING_INPUTS
 
 __all__ = ["ERRORS", "ServerState", "install_error_handlers", "install_routes"]
@@ -59,6 +61,10 @@ class ServerState:
     created: int = field(default_factory=lambda: int(time.time()))
     live: dict[str, float] = field(default_factory=dict)
     live_at: float = 0.0
+    # the capabilities tried at start (runtimes.gateway.proofs) and why the last start failed
+    proofs: dict[str, a.Proof] = field(default_factory=dict)
+    failure: Reason = "load-failed"
+    advice: Advice = field(default_factory=Advice)
 
     def current(self) -> tuple[Status, str | None]:
         """(status, detail) now: the load's, then the engine's (a supervised child may have
@@ -66,6 +72,25 @@ class ServerState:
         if self.status == "ok":
             return self.engine.status()
         return self.status, self.detail
+
+    def outage(self) -> Outage | None:
+        """Why the engine is not serving now, with what to do; None while it serves or loads."""
+        status, detail = self.current()
+        if status in ("ok", "loading"):
+            return None
+        if isinstance(self.engine, UnavailableEngine):
+            return self.engine.outage
+        text = detail or status
+        if self.status == "error":  # the last start failed: it never served since
+            return Outage(self.failure, text, self.advice.load_failed)
+        if status == "restarting":
+            return Outage("restarting", text, self.advice.restarting)
+        return Outage("restart-limit", text, self.advice.restart_limit)
+
+    def inputs(self) -> list[Modality]:
+        """What the model takes in and was not refused by its check at start."""
+        blind = refusal(self.proofs, "vision") is not None
+        return [i for i in self.engine.inputs if not (blind and i == "vision")]
 
     @property
     def choices_limit(self) -> int | None:
@@ -157,6 +182,7 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
         """200 once the engine is ready and warmed up; 503 while loading, restarting, or after
         a failure (``detail`` says what happened)."""
         status, detail = state.current()
+        outage = state.outage()
         body = a.Health(
             status=status,
             model=state.model_id,
@@ -164,8 +190,11 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
             runtime=state.engine.runtime,
             device=state.device,
             context_size=state.context_size,
-            inputs=list(state.engine.inputs),
+            inputs=state.inputs(),
             detail=detail,
+            reason=outage.reason if outage else None,
+            resolution=outage.resolution if outage else None,
+            capabilities=state.proofs,
             runtime_info=state.engine.describe(),
             generations=a.QueueStats(**state.engine.stats()),
         )
@@ -186,15 +215,18 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
         page = resources.files("runtimes.gateway").joinpath("chat.html").read_text(encoding="utf-8")
         return HTMLResponse(page.replace("{{MODEL}}", _html_escape(state.model_id)))
 
-    @app.get("/v1/models", response_model=a.ModelList)
+    @app.get("/v1/models", response_model=a.ModelList, responses={503: ERRORS[503]})
     async def models() -> a.ModelList:
-        """The one model this server serves; its id is the snap's name."""
+        """The one model this server serves; its id is the snap's name (503 while the engine
+        cannot serve it: the message says why and what to do)."""
+        _check_serving(state)
         return a.ModelList(data=[_card(state)])
 
     @app.get("/v1/models/{model}", response_model=a.ModelCard, responses=ERRORS)
     async def model(model: str) -> a.ModelCard:
         """One model by id."""
         _check_model(state, model)
+        _check_serving(state)
         return _card(state)
 
     @app.post(
@@ -206,7 +238,9 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
         """Chat with the model; ``stream: true`` answers server-sent events ending in [DONE]."""
         _check_ready(state, body.model, "chat")
         _check_choices(state, body.n)
-        body, payload = await _checked_images(state, body, await request.json())
+        payload = await request.json()
+        _check_proven(state, body, payload)
+        body, payload = await _checked_images(state, body, payload)
         return await state.engine.chat(body, _call(payload, request))
 
     @app.post(
@@ -279,7 +313,25 @@ def _stream_doc(chunk: type[Any]) -> dict[str, Any]:
 
 
 def _card(state: ServerState) -> a.ModelCard:
-    return a.ModelCard(id=state.model_id, created=state.created, inputs=list(state.engine.inputs))
+    return a.ModelCard(
+        id=state.model_id, created=state.created, inputs=state.inputs(), capabilities=state.proofs
+    )
+
+
+def _check_serving(state: ServerState) -> None:
+    """The outage's 503 while the engine cannot serve (not while it is still loading)."""
+    outage = state.outage()
+    if outage is not None:
+        raise outage.error()
+
+
+def _check_proven(state: ServerState, body: s.ChatCompletionRequest, payload: JsonObject) -> None:
+    """A 400 for a request that needs a capability whose check failed at start."""
+    tools = refusal(state.proofs, "tools") if body.tools and body.tool_choice != "none" else None
+    vision = refusal(state.proofs, "vision") if image_parts(dict(payload)) else None
+    refused = tools or vision
+    if refused is not None:
+        raise refused
 
 
 def _check_model(state: ServerState, model: str) -> None:
@@ -302,6 +354,7 @@ def _check_ready(state: ServerState, model: str, capability: str) -> None:
             f"{capability}; it supports: {does}",
             code="unsupported_operation",
         )
+    _check_serving(state)
     status, detail = state.current()
     if status != "ok":
         raise ApiError(

@@ -118,7 +118,9 @@ class LlamaServerEngine:
             self._server = find_server(self.options.llama_root, self.options.llama_server)
         return self._server
 
-    def _supervisor(self, config: ServingConfig, *, embeddings: bool) -> Supervisor:
+    def _supervisor(
+        self, config: ServingConfig, *, embeddings: bool, projector: Path | None = None
+    ) -> Supervisor:
         server = self._binary()
         model, device = self.options.artifact, self.options.device
 
@@ -126,7 +128,6 @@ class LlamaServerEngine:
         # the GGUF's own template needs nothing; the manifest's or the model family's is handed
         # to llama-server, whose built-in fallback (ChatML) would leak its markers into answers
         template = choice.template if choice and choice.source != "gguf" else None
-        projector = self.options.projector
 
         def command(socket: str) -> list[str]:
             args = server_command(
@@ -148,38 +149,52 @@ class LlamaServerEngine:
         )
 
     async def start(self) -> None:
-        """Start llama-server and wait until it is ready and warmed up (or failed to be)."""
+        """Start llama-server and wait until it is ready and warmed up (or failed to be).
+
+        A projector that is missing or fails to load does not take text down with it:
+        llama-server starts again without it and a note says why; the gateway's vision check
+        at start then fails, so images are reported and refused, never silently ignored.
+        """
         if not self.options.artifact.is_file():
             raise RuntimeFailure(
                 f"llama.cpp could not load {self.options.artifact}: no such file",
                 resolution="fetch the engine's artifact with `snapbuild fetch`",
             )
+        self.notes.clear()  # a start after a failed one (the files changed) begins afresh
         projector = self.options.projector
+        problem = None
         if projector is not None and not projector.is_file():
-            raise RuntimeFailure(
-                f"llama.cpp could not load the projector {projector}: no such file",
-                resolution="fetch the engine's projector artifact with `snapbuild fetch`",
-            )
-        self.main = self._supervisor(self.config, embeddings=False)
-        self.main.start()
-        await self.main.first_attempt.wait()
-        if self.main.ready.is_set():
-            self.native_tools = await native_tools(self.main.client)
+            problem = f"the projector {projector} does not exist"
+        main = await self._launch(projector if problem is None else None)
+        if not main.ready.is_set() and projector is not None and problem is None:
+            problem = f"the projector {projector} failed to load ({_failure(main)})"
+            await main.stop()
+            main = await self._launch(None)
+        if problem is not None:
+            self.notes.append(f"{problem}: serving text only, images are refused")
+            log.error("%s: serving text only", problem)
+        if main.ready.is_set():
+            self.native_tools = await native_tools(main.client)
             if not self.native_tools:
                 self.notes.append(
                     "the chat template has no tool support: tools are emulated with a JSON schema"
                 )
-        else:
-            state = self.main.state
-            detail = state.detail or state.last_exit or "unknown"
-            tail = "\n".join(list(state.log)[-8:])
-            await self.main.stop()
-            raise RuntimeFailure(
-                f"llama-server could not serve {self.options.artifact}",
-                details=f"{detail}\n{tail}".strip(),
-                resolution="check the file is a complete GGUF (snapbuild fetch verifies "
-                "checksums) and that the serving configuration fits in memory",
-            )
+            return
+        tail = "\n".join(list(main.state.log)[-8:])
+        await main.stop()
+        raise RuntimeFailure(
+            f"llama-server could not serve {self.options.artifact}",
+            details=f"{_failure(main)}\n{tail}".strip(),
+            resolution="check the file is a complete GGUF (snapbuild fetch verifies "
+            "checksums) and that the serving configuration fits in memory",
+        )
+
+    async def _launch(self, projector: Path | None) -> Supervisor:
+        """The main child, started and through its first attempt (ready, or failed)."""
+        self.main = self._supervisor(self.config, embeddings=False, projector=projector)
+        self.main.start()
+        await self.main.first_attempt.wait()
+        return self.main
 
     async def stop(self) -> None:
         """Stop the children."""
@@ -374,6 +389,11 @@ class LlamaServerEngine:
             done=end,
         )
         return streaming(relay.events())
+
+
+def _failure(child: Supervisor) -> str:
+    """Why a child never became ready, in one line."""
+    return child.state.detail or child.state.last_exit or "unknown"
 
 
 def _forwarded(payload: JsonObject) -> dict[str, Any]:

@@ -44,6 +44,10 @@ BUILD_HINT = (
 HEALTH_TIMEOUT_S = 300.0
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 STABLE_S = 60.0  # a child that ran this long resets the backoff
+# restarts in a row (none lasting STABLE_S) before the supervisor gives up: a child that keeps
+# dying is reported (the gateway answers 503 restart-limit) rather than restarted forever
+RESTART_LIMIT = 5
+RESTART_LIMIT_VAR = "SNAPBUILD_RESTART_LIMIT"  # an operator's (or a test's) own limit
 LOG_LINES = 400
 
 
@@ -187,6 +191,12 @@ def _gpu_layers(config: ServingConfig, device: str) -> int:
     return 999 if device == "gpu" else 0
 
 
+def restart_limit() -> int:
+    """:data:`RESTART_LIMIT`, or a whole number of at least 0 in ``$SNAPBUILD_RESTART_LIMIT``."""
+    value = os.environ.get(RESTART_LIMIT_VAR, "").strip()
+    return int(value) if value.isdigit() else RESTART_LIMIT
+
+
 def _die_with_parent() -> None:
     """In the child: get SIGTERM when the gateway dies, however it dies (Linux prctl
     PR_SET_PDEATHSIG), so no llama-server outlives its supervisor."""
@@ -242,6 +252,7 @@ class Supervisor:
         self.name = name
         self.health_timeout = health_timeout
         self.backoff = tuple(backoff)
+        self.restart_limit = restart_limit()
         self.state = ChildState()
         self.ready = asyncio.Event()
         self.first_attempt = asyncio.Event()  # set once the first start succeeded or failed
@@ -306,6 +317,14 @@ class Supervisor:
                 return
             if ok and time.monotonic() - began >= STABLE_S:
                 failures = 0
+            if failures >= self.restart_limit:
+                self.state.status = "error"
+                self.state.detail = (
+                    f"{self.name} {self.state.last_exit}; restart limit reached: it exited "
+                    f"{failures + 1} times in a row, so it is not restarted again"
+                )
+                log.error("%s", self.state.detail)
+                return
             delay = self.backoff[min(failures, len(self.backoff) - 1)]
             failures += 1
             self.state.restarts += 1
