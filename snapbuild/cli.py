@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "validate": "snapbuild.commands.selection:validate_cmd",
     "serve": "snapbuild.commands.serving:serve_cmd",
     "fetch": "snapbuild.commands.serving:fetch_cmd",
+    "discover": "snapbuild.commands.discover:discover_cmd",
     "make": "snapbuild.commands.building:make_cmd",
     "matrix": "snapbuild.commands.building:matrix_cmd",
     "ci": "snapbuild.commands.building:ci_cmd",

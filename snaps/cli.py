@@ -228,7 +228,11 @@ def use_engine(name: str | None, auto: bool, force: bool, assume_yes: bool) -> N
     else:
         ctx.snapctl.set({"engine": name})
     hooks.activate(ctx, decision, state, in_hook=False)
-    click.echo(f"Now using {target}." if target else "No engine fits; the server is stopped.")
+    click.echo(
+        f"Now using {target}."
+        if target
+        else "No engine fits; the server answers 503 saying why (see `status`)."
+    )
 
 
 def _plan_steps(
@@ -236,7 +240,7 @@ def _plan_steps(
 ) -> list[str]:
     service = ctx.snapctl.service(ctx.env.service)
     if target is None:
-        return ["stop and disable the server: no engine fits this machine"]
+        return ["unload the model: no engine fits this machine (the API answers 503 saying why)"]
     sel = decision.selected
     assert sel is not None
     steps = [f"switch from {active or 'no engine'} to {target} ({sel.runtime} on {sel.device})"]

@@ -20,7 +20,7 @@ from snapbuild.manifest.model import Manifest
 from snapbuild.selection.decision import Candidate
 from snapcommon.errors import UsageError
 
-KEYS = ("port", "host", "context-size", "engine", "cors-origins", "remote-images")
+KEYS = ("port", "host", "context-size", "engine", "engine-enabled", "cors-origins", "remote-images")
 BOOLEANS = ("true", "false")
 ORIGIN_RE = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(:\d{1,5})?$")
 DEFAULT_HOST = "127.0.0.1"
@@ -73,6 +73,8 @@ class Settings:
     cors_origins: str = ""
     # "true": the server fetches http(s) image URLs itself (bounded); default: data: URLs only
     remote_images: str = "false"
+    # "false": the operator switched the engine off; the server keeps the port and answers 503
+    engine_enabled: str = "true"
 
     def origins(self) -> list[str]:
         """``cors_origins`` as a list (empty: the server's loopback default)."""
@@ -87,6 +89,7 @@ class Settings:
             "engine": self.engine,
             "cors-origins": self.cors_origins,
             "remote-images": self.remote_images,
+            "engine-enabled": self.engine_enabled,
             "env": dict(sorted(self.env.items())),
         }
 
@@ -165,6 +168,7 @@ def effective(
         env=env,
         cors_origins=str(stored.get("cors-origins") or ""),
         remote_images=str(stored.get("remote-images") or "false").lower(),
+        engine_enabled=str(stored.get("engine-enabled", "true")).lower(),
     )
 
 
@@ -243,7 +247,11 @@ def validate(
         )
     if not 1 <= settings.port <= 65535:
         problems.append(f"port {settings.port} is out of range: use 1-65535")
-    elif host_ok and settings.port != own_port and port_is_free(settings.host, settings.port) is False:
+    elif (
+        host_ok
+        and settings.port != own_port
+        and port_is_free(settings.host, settings.port) is False
+    ):
         problems.append(
             f"port {settings.port} is busy on {settings.host}: another program listens there "
             "(pick a free port, e.g. `set port=" + str(_free_port_near(settings)) + "`)"
@@ -279,6 +287,11 @@ def validate(
         problems.append(
             f"remote-images must be true or false, not {settings.remote_images!r} (true lets the "
             "server fetch http(s) image URLs that clients send)"
+        )
+    if settings.engine_enabled not in BOOLEANS:
+        problems.append(
+            f"engine-enabled must be true or false, not {settings.engine_enabled!r} (false stops "
+            "the engine; the API keeps its port and answers 503 saying so)"
         )
     for name in settings.env:
         if not ENV_NAME_RE.match(name):

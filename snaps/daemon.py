@@ -1,14 +1,15 @@
 """The server app (`inference-snap daemon`): start the API for the recorded engine.
 
 It checks before it loads: when nothing fits, or the recorded engine does not fit this machine
-(any more), it exits 3 at once with a message in the service log, instead of loading weights,
-being killed for memory and being restarted by systemd again and again.
+(any more), or the operator switched the engine off, it loads nothing and answers on the port
+why, instead of loading weights, being killed for memory and being restarted by systemd again
+and again (:mod:`snaps.fallback`). Whatever stops the engine from serving, the port answers.
 
 The components it needs may not be there yet when it starts: snapd installs the components an
 install hook asks for only after the hook has succeeded, and may start the service meanwhile. So
 the daemon waits for them (a few minutes, saying so in the log and in `status`) rather than
 failing into a restart loop, then joins or gathers the weights (:func:`snaps.artifacts.ready`),
-then serves.
+then serves, and publishes where (:mod:`snaps.discovery`).
 """
 
 from __future__ import annotations
@@ -19,13 +20,25 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from hwprobe.profile import HostProfile
+from runtimes.gateway.outage import Reason
 from snapbuild.selection.decision import Decision
+from snapbuild.serving.discovery import socket_path
 from snapbuild.serving.threads import default_threads
 from snapcommon.errors import EXIT_NO_ENGINE, SnapbuildError
 from snapcommon.files import write_atomically
-from snaps import artifacts, config
+from snaps import artifacts, config, discovery
+from snaps.fallback import (
+    NothingFits,
+    Unservable,
+    advice,
+    disabled,
+    nothing_fits,
+    outage_of,
+    serve_outage,
+)
 from snaps.manager import Context, components_for, engine_components, probe_host, select
 
 REEXEC_MARK = "SNAPBUILD_DAEMON_REEXEC"
@@ -144,11 +157,10 @@ def check_fit(ctx: Context, engine: str, forced: bool) -> HostProfile:
     decision = select(ctx.manifest, host, engine=engine, only_cpu=only_cpu)
     cand = decision.candidate(engine)
     if cand is None or not cand.compatible:
-        raise DaemonError(
+        raise NothingFits(
             f"engine {engine} does not fit this machine now; not starting",
             details="; ".join(cand.blockers) if cand else "the engine is not in this snap",
             resolution=f"Free memory, or run `{ctx.env.name} use-engine --auto`.",
-            exit_code=EXIT_NO_ENGINE,
         )
     return host
 
@@ -162,31 +174,33 @@ def runtime_threads(host: HostProfile, env: dict[str, str]) -> int | None:
     return default_threads(host)
 
 
-class ModelUnloadable(DaemonError):
+class ModelUnloadable(Unservable):
     """The model file cannot be loaded: a restart would fail the same way."""
+
+    reason: Reason = "load-failed"
 
 
 def run() -> None:
     """Start the server for the recorded decision with the configured settings.
 
-    A model that cannot load (not a model file, or the runtime refuses it) ends the daemon
-    with exit status 0 after logging the cause: snapd's ``restart-condition: on-failure`` then
-    leaves it stopped, where a failure status would restart it into the same error until
-    systemd's start limit. ``status`` shows the cause (phase ``failed``).
+    Whatever keeps the engine from serving (nothing fits, the operator disabled it, the weights
+    do not load, the components never came), the daemon keeps running and answers on the port
+    why and what to do (:func:`snaps.fallback.serve_outage`); snapd restarts it when the
+    operator changes the engine or the settings. Only a port it cannot have ends it.
     """
-    from runtimes.engine import RuntimeFailure
+    from runtimes.gateway.server import PortInUseError
 
     ctx = Context.load()
     try:
         _run(ctx)
-    except (ModelUnloadable, RuntimeFailure) as err:
-        note(ctx, "failed", err.brief)
-        err.report()
-        log("not restarting: the model cannot load, and would not on a restart either")
-        raise SystemExit(0) from None
-    except SnapbuildError as err:
+    except PortInUseError as err:
         note(ctx, "failed", err.brief)
         raise
+    except SnapbuildError as err:
+        outage = outage_of(ctx, err)
+        note(ctx, "unavailable", f"{outage.reason}: {err.brief}")
+        err.report()
+        serve_outage(ctx, outage)
 
 
 def check_loadable(path: Path, fmt: str) -> None:
@@ -205,15 +219,12 @@ def check_loadable(path: Path, fmt: str) -> None:
 def _run(ctx: Context) -> None:
     decision = ctx.require_decision()
     state = ctx.state()
-    if decision.selected is None:
-        raise DaemonError(
-            "no engine fits this machine; the server does not start",
-            details=state.problem,
-            resolution=f"Run `{ctx.env.name} status` for the reasons.",
-            exit_code=EXIT_NO_ENGINE,
-        )
-    engine = decision.selected.engine
     settings = ctx.settings(decision=decision)
+    if settings.engine_enabled == "false":
+        raise disabled(ctx)
+    if decision.selected is None:
+        raise nothing_fits(ctx, decision)
+    engine = decision.selected.engine
     host = check_fit(ctx, engine, state.forced)
     runtime_dir = wait_for_components(ctx, engine)
     prepare_imports(runtime_dir, runtime_library_paths(decision))
@@ -263,10 +274,21 @@ def _run(ctx: Context) -> None:
         cors_origins=settings.origins(),
         images=ImagePolicy(remote_urls=settings.remote_images == "true"),
         memory=memory,
+        advice=advice(ctx, engine),
+        unix_socket=socket_path(ctx.env.common),
     )
-    serve(
-        options,
-        on_listening=lambda host, port: note(
-            ctx, "serving", f"serving {engine} on http://{host}:{port}/v1"
-        ),
-    )
+
+    def listening(host: str, port: int) -> None:
+        note(ctx, "loading", f"loading {engine}; listening on http://{host}:{port}/v1")
+        discovery.publish(ctx, discovery.document(ctx, decision, settings, status="starting"))
+
+    def ready(readiness: dict[str, Any]) -> None:
+        outage = readiness.get("outage")
+        if outage:
+            note(ctx, "unavailable", f"{outage['reason']}: {outage['detail']}")
+        else:
+            note(ctx, "serving", f"serving {engine} on {url}")
+        data = discovery.document(ctx, decision, settings, status="ok", readiness=readiness)
+        discovery.publish(ctx, data)
+
+    serve(options, on_listening=listening, on_ready=ready)

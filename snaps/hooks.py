@@ -5,9 +5,10 @@ the hook has ended successfully, so the hooks decide and ask; they never read a 
 files. The daemon waits for the components and prepares the weights when it starts.
 
 The rendered ``snap/hooks/<hook>`` scripts only ``exec "$SNAP/bin/inference-snap" hook <hook>``;
-the logic is here, once. The server starts only when an engine fits: when nothing does the
-service stays disabled and ``status`` says why, so a machine too small for the model never sees
-a daemon that loads, runs out of memory and restarts forever.
+the logic is here, once. The server always runs, but loads a model only when an engine fits:
+when nothing does, it answers on its port why (503, :mod:`snaps.fallback`) and ``status`` says
+why too, so a machine too small for the model never sees a daemon that loads, runs out of
+memory and restarts forever, and its clients never meet a dead port.
 """
 
 from __future__ import annotations
@@ -45,12 +46,11 @@ def activate(
     install` blocks, so the weights are joined here, before the restart, and a broken piece is
     reported to the user at once with the old engine still running and still recorded.
     """
-    service = ctx.env.service
     if decision.selected is None:
         state.problem = no_engine_problem(ctx, decision)
         ctx.record(decision, state)
-        ctx.snapctl.stop(service, disable=True)
         say(state.problem)
+        _run_service(ctx, restart=True)  # it loads nothing: it answers 503 saying why
         return
     engine = decision.selected.engine
     missing = missing_components(ctx, engine)
@@ -63,6 +63,12 @@ def activate(
         artifacts.ready(ctx.env, ctx.manifest, engine, say)  # join shards, gather GGUF splits
     state.problem = None
     ctx.record(decision, state)
+    _run_service(ctx, restart=restart)
+
+
+def _run_service(ctx: Context, *, restart: bool) -> None:
+    """Start (and enable) the server, or restart it when it runs and ``restart`` is asked."""
+    service = ctx.env.service
     current = ctx.snapctl.service(service)
     if current.active and restart:
         ctx.snapctl.restart(service)
@@ -218,8 +224,8 @@ def reject(problems: list[str]) -> None:
 
 def restart_if_changed(ctx: Context, settings: config.Settings) -> bool:
     """Restart the server when it runs with other settings (or start it if it died); True if so."""
-    if ctx.decision() is None or ctx.require_decision().selected is None:
-        return False
+    if ctx.decision() is None:
+        return False  # (with no engine that fits, the server still runs: it answers 503)
     running = ctx.running()
     service = ctx.snapctl.service(ctx.env.service)
     if service.active and running is not None and running != settings.to_data():

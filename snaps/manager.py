@@ -211,12 +211,18 @@ def missing_components(ctx: Context, engine: str) -> list[str]:
     return [c for c in engine_components(ctx, engine) if not ctx.env.component_dir(c).exists()]
 
 
+def engine_blockers(decision: Decision) -> list[str]:
+    """``engine: why it cannot run here`` for every engine of the decision."""
+    return [f"{c.engine}: {'; '.join(c.blockers) or 'does not fit'}" for c in decision.candidates]
+
+
 def no_engine_problem(ctx: Context, decision: Decision) -> str:
     """Why nothing fits, and what to do, in one paragraph for `status`."""
-    lines = [f"No engine of {ctx.manifest.name} fits this machine, so the server is disabled."]
-    for cand in decision.candidates:
-        blockers = "; ".join(cand.blockers) or "does not fit"
-        lines.append(f"  {cand.engine}: {blockers}")
+    lines = [
+        f"No engine of {ctx.manifest.name} fits this machine, so the server loads no model "
+        "(its API answers 503 saying why)."
+    ]
+    lines.extend(f"  {line}" for line in engine_blockers(decision))
     lines.append(
         f"Run `{ctx.env.name} why` for every reason; after freeing memory or adding hardware run "
         f"`{ctx.env.name} use-engine --auto`."

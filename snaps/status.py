@@ -11,6 +11,8 @@ import json
 from typing import Any
 
 from snapbuild.selection.decision import Decision, Serving
+from snapbuild.serving.discovery import document_path
+from snaps import discovery
 from snaps.live import live_lines, live_status
 from snaps.manager import Context
 
@@ -47,6 +49,9 @@ def status_data(ctx: Context) -> dict[str, Any]:
         if decision is not None
         else f"no engine chosen yet: run `{ctx.env.name} use-engine --auto`",
         "notes": state.notes,
+        # the same document the daemon publishes for other programs (snaps.discovery)
+        "discovery": discovery.current(ctx, decision, settings),
+        "discovery-file": str(document_path(ctx.env.common)),
     }
 
 
@@ -77,6 +82,17 @@ def daemon_note(ctx: Context, active: bool) -> dict[str, str] | None:
     return {"phase": phase, "message": str(data.get("message"))}
 
 
+def capability_lines(document: dict[str, Any], path: str) -> list[str]:
+    """The capabilities checked at start (each one's verdict) and where the API is published."""
+    checked = document.get("capabilities") or {}
+    verdicts = [
+        f"{name} passed" if p.get("passed") else f"{name} FAILED ({p.get('detail')})"
+        for name, p in checked.items()
+    ]
+    lines = [f"capabilities: {', '.join(verdicts)}"] if verdicts else []
+    return [*lines, f"discovery:    {path} (Unix socket {document.get('socket')})"]
+
+
 def status_text(data: dict[str, Any]) -> str:
     service = data["service"]
     state = ("active" if service["active"] else "inactive") + (
@@ -100,6 +116,7 @@ def status_text(data: dict[str, Any]) -> str:
         lines.append(f"serving:      {Serving.model_validate(data['serving']).summary()}")
     if service["active"]:
         lines.extend(live_lines(data["live"]))
+    lines.extend(capability_lines(data["discovery"], data["discovery-file"]))
     if data["daemon"]:
         lines.insert(3, f"server:       {data['daemon']['phase']}: {data['daemon']['message']}")
     if data["engine"] and service["enabled"] and not service["active"]:

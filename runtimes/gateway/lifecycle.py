@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runtimes.declared import Capability
 from runtimes.gateway.outage import Advice
-from runtimes.gateway.proofs import CHECK_TIMEOUT_S, Capability, prove
+from runtimes.gateway.proofs import CHECK_TIMEOUT_S, prove
 from runtimes.gateway.routes import ServerState
 from snapcommon.errors import SnapbuildError
 

@@ -20,17 +20,16 @@ import io
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from starlette.responses import Response
 
 from runtimes import requests as s
+from runtimes.declared import Capability
 from runtimes.engine import Call, Engine, Json, JsonObject
 from runtimes.gateway.answers import Proof
 from runtimes.gateway.errors import ApiError
 
-Capability = Literal["text", "vision", "tools"]
-CAPABILITIES: tuple[Capability, ...] = ("text", "vision", "tools")
 CHECK_TIMEOUT_S = 30.0
 TOOL_NAME = "report_status"
 TOOL: dict[str, Json] = {

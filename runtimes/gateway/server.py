@@ -41,6 +41,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from runtimes.declared import Capability
 from runtimes.engine import Engine, LoadOptions
 from runtimes.gateway.errors import ApiError
 from runtimes.gateway.images import ImagePolicy
@@ -48,7 +49,6 @@ from runtimes.gateway.lifecycle import Readiness, Startup, start
 from runtimes.gateway.metrics import Metrics
 from runtimes.gateway.middleware import BodyLimit, CountRequests
 from runtimes.gateway.outage import Advice, Outage, UnavailableEngine
-from runtimes.gateway.proofs import Capability
 from runtimes.gateway.routes import ServerState, install_error_handlers, install_routes
 from runtimes.inprocess.adapter import RuntimeAdapter, adapter_class
 from runtimes.inprocess.engine import LocalEngine

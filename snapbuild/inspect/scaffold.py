@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import yaml
 
 from runtimes.catalog import RuntimeEntry, load_catalog
 from snapbuild.inspect.gguf import FileFacts, is_gguf, read_gguf_facts
+from snapbuild.manifest.ports import derived_port
 from snapbuild.manifest.spdx import license_problem, spdx_id
 from snapbuild.selection.hardware import vendor_name
 from snapcommon.errors import UsageError
@@ -169,7 +169,7 @@ def _metadata(sc: Scaffold, snap: str, lead: FileFacts, license_text: str | None
             "version": "1.0",
             "base": "core24",
             "architectures": ["amd64", "arm64"],
-            "default-port": 8300 + zlib.crc32(snap.encode()) % 600,
+            "default-port": derived_port(snap),
             "default-context-size": default_ctx,
             "min-context-size": min(512, default_ctx),
         }

@@ -18,11 +18,13 @@ from pathlib import Path
 
 from runtimes.engine import LoadOptions
 from runtimes.gateway.images import ImagePolicy
+from runtimes.gateway.outage import Advice
 from runtimes.gateway.server import ServeOptions
 from runtimes.llamaserver.supervisor import from_plan
 from snapbuild.manifest.model import Manifest
 from snapbuild.selection.decision import MemoryEstimate, Selected
 from snapbuild.serving.batching import load_options
+from snapbuild.serving.discovery import declared_capabilities
 from snapbuild.serving.plan import serving_plan
 from snapcommon.errors import UsageError
 
@@ -51,13 +53,17 @@ def serve_options(
     cors_origins: Sequence[str] | None = None,
     images: ImagePolicy | None = None,
     memory: MemoryEstimate | None = None,
+    advice: Advice | None = None,
+    unix_socket: Path | None = None,
 ) -> ServeOptions:
     """Serve ``selected`` (an engine of ``manifest``) from ``artifact`` (and its ``projector``).
 
     ``context_size``, ``threads`` and ``slots`` are the operator's overrides (None: the
     Decision's, the runtime's default threads). ``port``: None for the manifest's default port,
     ``"auto"`` for the first free one from it up. ``memory``: the winner's memory estimate
-    (its Candidate's), for planning the slots again at an operator's context.
+    (its Candidate's), for planning the slots again at an operator's context. ``advice``: what
+    to do when the engine cannot serve, in the caller's words; ``unix_socket``: where the API
+    listens besides the port.
     """
     engine = manifest.engine(selected.engine)
     if engine is None:
@@ -95,4 +101,7 @@ def serve_options(
         port=port,
         cors_origins=tuple(cors_origins) if cors_origins is not None else None,
         images=images or ImagePolicy(),
+        declared=declared_capabilities(manifest, selected),
+        advice=advice or Advice(),
+        unix_socket=unix_socket,
     )
