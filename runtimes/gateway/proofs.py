@@ -30,18 +30,17 @@ from runtimes.engine import Call, Engine, Json, JsonObject
 from runtimes.gateway.answers import Proof
 from runtimes.gateway.errors import ApiError
 
-CHECK_TIMEOUT_S = 30.0
+# each check's bound: a first request on a large model on a busy CPU takes seconds, a hung
+# engine never answers; readiness is delayed by at most this per declared capability
+CHECK_TIMEOUT_S = 60.0
 TOOL_NAME = "report_status"
+# no parameters: the shortest constrained call (about 35 tokens in llama.cpp's generic format)
 TOOL: dict[str, Json] = {
     "type": "function",
     "function": {
         "name": TOOL_NAME,
-        "description": "Report whether the service works.",
-        "parameters": {
-            "type": "object",
-            "properties": {"working": {"type": "boolean"}},
-            "required": ["working"],
-        },
+        "description": "Report that the service works.",
+        "parameters": {"type": "object", "properties": {}},
     },
 }
 
@@ -117,7 +116,8 @@ async def check_tools(engine: Engine, model: str) -> str | None:
         return "the engine does not chat here (no chat template), so it cannot call tools"
     messages: list[Json] = [{"role": "user", "content": "Report that the service is working."}]
     payload: dict[str, Json] = {"model": model, "messages": messages, "tools": [TOOL]}
-    payload.update(tool_choice="required", max_tokens=64, temperature=0)
+    payload.update(tool_choice="required", parallel_tool_calls=False)
+    payload.update(max_tokens=64, temperature=0)
     message = ((await _chat(engine, payload)).get("choices") or [{}])[0].get("message") or {}
     calls = message.get("tool_calls") or []
     if not calls:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -97,7 +98,10 @@ def serve_cmd(
     manifest = load_manifest(model)
     port = _port(port_text) if port_text else None
     profile = hwprobe.probe()
-    selected, memory = _choose_engine(manifest, profile, engine)
+    try:
+        selected, memory = _choose_engine(manifest, profile, engine)
+    except NoEngineError as err:  # the port answers why, as the snap's does
+        serve_no_fit(manifest, err, host, port)
     chosen = manifest.engine(selected.engine)
     assert chosen is not None
     found: list[Path] = []
@@ -134,6 +138,32 @@ def serve_cmd(
         memory=memory,
     )
     run(options, on_listening=listening)
+
+
+def serve_no_fit(
+    manifest: Manifest, err: NoEngineError, host: str, port: int | str | None
+) -> NoReturn:
+    """Say why nothing fits, then answer 503 on the port saying the same until interrupted;
+    exit 3 after, so a script still learns it."""
+    from runtimes.gateway.outage import Outage
+    from runtimes.gateway.server import FallbackOptions, run_unavailable
+
+    err.report()
+    detail = err.brief + (f" ({' | '.join(err.details.splitlines())})" if err.details else "")
+    outage = Outage("no-fit", detail, (err.resolution or "").capitalize())
+    where = manifest.default_port if port is None else port
+    where = str(manifest.default_port) if where == "auto" else where  # the first free from it
+    options = FallbackOptions(model_id=manifest.name, outage=outage, host=host, port=where)
+
+    def listening(bound_host: str, bound_port: int) -> None:
+        click.echo(
+            f"Answering 503 (no engine fits) on http://{bound_host}:{bound_port}/v1 until "
+            "interrupted",
+            err=True,
+        )
+
+    run_unavailable(options, on_listening=listening)
+    raise SystemExit(err.exit_code)
 
 
 @click.command("fetch")
