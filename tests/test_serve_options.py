@@ -59,6 +59,7 @@ def test_a_llama_cpp_engine_serves_the_decisions_slots_and_context() -> None:
             threads=4,
         ),
         port=manifest.default_port,
+        declared=("text",),  # smollm2 declares neither images nor tools
     )
 
 

@@ -14,9 +14,12 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 import yaml
 from support.tiny_models import write_tiny_llama_gguf
@@ -168,10 +171,24 @@ def _daemon_prepares(snap: Snap, engine: str) -> tuple[Path, list[str]]:
     return path, said
 
 
-def _daemon(snap: Snap) -> tuple[int, list[str]]:
-    """Run the real daemon command once (no supervisor): it fails before it would serve."""
-    proc = snap.trial.run("daemon")
-    return proc.returncode, proc.stderr.splitlines()
+def _daemon(snap: Snap) -> tuple[dict[str, Any], list[str]]:
+    """Run the real daemon command (no supervisor) until it answers on its port: it fails
+    before it would load, so it answers why; its /health then, and its log until then."""
+    proc = subprocess.Popen(snap.trial.command("daemon"), stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    lines: list[str] = []
+    try:
+        for line in proc.stderr:
+            if line.startswith("answering 503"):
+                break
+            lines.append(line.rstrip("\n"))
+        port = json.loads(snap.trial.run("get", "port", "--json").stdout)["port"]
+        health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=10)
+        assert health.status_code == 503, health.text
+        return health.json(), lines
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def test_install_hook_only_asks_and_the_daemon_side_joins_the_shards(snap: Snap) -> None:
@@ -272,8 +289,8 @@ def test_a_corrupt_piece_stops_the_daemon_and_leaves_no_joined_file(snap: Snap) 
     data[100] ^= 0xFF
     piece.write_bytes(bytes(data))
     assert _hook(snap, "install")[0] == 0  # the hook never reads the pieces
-    code, err = _daemon(snap)
-    assert code == 1, err
+    health, err = _daemon(snap)
+    assert health["reason"] == "load-failed", err
     good = _sha(_thirds(snap.model)[1])
     brief = (
         "cannot join tiny-sharded/tiny.gguf: piece tiny.gguf.part-02 in component "
@@ -287,15 +304,19 @@ def test_a_corrupt_piece_stops_the_daemon_and_leaves_no_joined_file(snap: Snap) 
         f"`{NAME} use-engine --auto`.",
     ]
     assert sorted(p.name for p in (snap.artifacts / "tiny-sharded").iterdir()) == []
-    status = json.loads(snap.trial.run("status", "--json").stdout)
-    assert status["daemon"] == {"phase": "failed", "message": brief}
+    assert health["detail"].startswith(f"{brief} (expected sha256 {good}")
+    assert health["resolution"] == (
+        f"Reinstall the component(s) ({NAME}+tiny-sharded-2), then run `{NAME} use-engine --auto`."
+    )
+    note = json.loads((Path(snap.trial.env["SNAP_DATA"]) / "daemon.json").read_text())
+    assert (note["phase"], note["message"]) == ("unavailable", f"load-failed: {brief}")
 
 
 def test_a_missing_piece_names_its_component(snap: Snap) -> None:
     snap.staged_piece("tiny-sharded-3", "tiny.gguf.part-03").unlink()
     assert _hook(snap, "install")[0] == 0
-    code, err = _daemon(snap)
-    assert code == 1
+    health, err = _daemon(snap)
+    assert health["reason"] == "load-failed"
     assert err[-3:] == [
         "Error: cannot join tiny-sharded/tiny.gguf: piece tiny.gguf.part-03 is missing from "
         "component tiny-sharded-3",
@@ -313,8 +334,8 @@ def test_too_little_disk_space_fails_before_writing(snap: Snap) -> None:
     data["artifacts"]["tiny-sharded"]["files"][0]["size"] = free * 2
     data_file.write_text(yaml.safe_dump(data))
     assert _hook(snap, "install")[0] == 0
-    code, err = _daemon(snap)
-    assert code == 1
+    health, err = _daemon(snap)
+    assert health["reason"] == "load-failed"
     assert [line for line in err if line.startswith("Error:")] == [
         "Error: not enough free disk space to join tiny-sharded"
     ]

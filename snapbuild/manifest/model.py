@@ -98,9 +98,9 @@ class ModelFacts(KebabModel):
     # a Jinja2 chat template for a GGUF without a usable one (runtimes/chat_templates.py decides)
     chat_template: str | None = Field(default=None, min_length=1)
     vision: VisionFacts | None = None  # the image encoder, for models that read images
-    # the model calls tools (function calling): the snap proves it at start with one forced
-    # tool call and refuses tools with a 400 if that fails (runtimes/gateway/proofs.py)
-    tools: bool = False
+    # true: the model calls tools (function calling); the service proves it at start with one
+    # forced tool call and refuses tools with a 400 if that fails (runtimes/gateway/proofs.py)
+    tools: bool | None = None
 
 
 class Shard(KebabModel):
