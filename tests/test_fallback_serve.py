@@ -10,52 +10,19 @@ from __future__ import annotations
 
 import os
 import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 import yaml
 from support.llama import needs_llama_server
-from support.serving import snapbuild_serve, tiny_manifest
+from support.serving import health_until, refused, snapbuild_serve, tiny_manifest
 from support.tiny_models import write_tiny_llama_gguf
 
 from runtimes.gateway.outage import Advice
 
 pytestmark = [pytest.mark.slow, needs_llama_server]
 CHAT = {"model": "broken", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
-
-
-def health_until(
-    base: str, wanted: Callable[[int, dict[str, Any]], bool], timeout: float = 90
-) -> dict[str, Any]:
-    """Poll /health until ``wanted(status code, body)``; the body."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            response = httpx.get(f"{base}/health", timeout=5)
-            last = (response.status_code, response.json())
-            if wanted(*last):
-                return dict(last[1])
-        except httpx.HTTPError as exc:
-            last = exc
-        time.sleep(0.1)
-    raise AssertionError(f"/health at {base} never got there: {last}")
-
-
-def refused(base: str, path: str = "/v1/chat/completions", **body: Any) -> dict[str, Any]:
-    """The 503 error object a /v1 route answers (GET without a body)."""
-    if body:
-        response = httpx.post(f"{base}{path}", json=body, timeout=30)
-    else:
-        response = httpx.get(f"{base}{path}", timeout=30)
-    assert response.status_code == 503, response.text
-    error: dict[str, Any] = response.json()["error"]
-    assert error["type"] == "service_unavailable"
-    return error
 
 
 def test_weights_that_fail_to_load_answer_503_then_serve_once_replaced(tmp_path: Path) -> None:

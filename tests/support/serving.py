@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,42 @@ def wait_healthy(
             last = exc
         time.sleep(0.1)
     raise AssertionError(f"server at {base} not healthy in {timeout}s: {last}")
+
+
+def health_until(
+    base: str, wanted: Callable[[int, dict[str, Any]], bool], timeout: float = 90
+) -> dict[str, Any]:
+    """Poll /health until ``wanted(status code, body)``; the body (for servers that answer
+    503 on purpose: loading, or an engine that cannot serve)."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            response = httpx.get(f"{base}/health", timeout=5)
+            last = (response.status_code, response.json())
+            if wanted(*last):
+                return dict(last[1])
+        except httpx.HTTPError as exc:
+            last = exc
+        time.sleep(0.1)
+    raise AssertionError(f"/health at {base} never got there: {last}")
+
+
+def refused(
+    base: str, path: str = "/v1/chat/completions", client: httpx.Client | None = None, **body: Any
+) -> dict[str, Any]:
+    """The error object of the OpenAI-shaped 503 a /v1 route answers (GET without a body);
+    ``client``: another way to the server (through its Unix socket)."""
+    http = client or httpx.Client(timeout=30)
+    try:
+        response = http.post(f"{base}{path}", json=body) if body else http.get(f"{base}{path}")
+    finally:
+        if client is None:
+            http.close()
+    assert response.status_code == 503, response.text
+    error: dict[str, Any] = response.json()["error"]
+    assert error["type"] == "service_unavailable"
+    return error
 
 
 @contextlib.contextmanager
