@@ -228,6 +228,22 @@ def _run(ctx: Context) -> None:
     host = check_fit(ctx, engine, state.forced)
     runtime_dir = wait_for_components(ctx, engine)
     prepare_imports(runtime_dir, runtime_library_paths(decision))
+    weights = _weights(ctx, decision)
+    usable, ignored = config.runtime_env(settings.env)
+    if ignored:
+        names = ", ".join(f"env.{name}" for name in ignored)
+        log(f"ignoring {names}: the snap's own environment owns them (`unset` them)")
+    os.environ.update(usable)
+    threads = runtime_threads(host, usable)
+    ctx.env.running_path.write_text(json.dumps(settings.to_data(), indent=2) + "\n")
+    _serve(ctx, decision, settings, runtime_dir, weights, threads)
+
+
+def _weights(ctx: Context, decision: Decision) -> tuple[Path, Path | None]:
+    """The engine's weights, joined or gathered and checked, and its projector if it reads
+    images here."""
+    assert decision.selected is not None
+    engine = decision.selected.engine
     note(ctx, "preparing", f"preparing the weights of {engine}")
     model_path = artifacts.ready(ctx.env, ctx.manifest, engine, log)
     projector = (
@@ -238,34 +254,40 @@ def _run(ctx: Context) -> None:
     engine_entry = ctx.manifest.engine(engine)
     if engine_entry is not None:
         check_loadable(model_path, ctx.manifest.artifact(engine_entry.artifact).format)
-    usable, ignored = config.runtime_env(settings.env)
-    if ignored:
-        names = ", ".join(f"env.{name}" for name in ignored)
-        log(f"ignoring {names}: the snap's own environment owns them (`unset` them)")
-    os.environ.update(usable)
-    threads = runtime_threads(host, usable)
-    ctx.env.running_path.write_text(json.dumps(settings.to_data(), indent=2) + "\n")
-    url = f"http://{settings.host}:{settings.port}/v1"
-    note(ctx, "loading", f"loading {engine}")
-    log(
-        f"starting {engine} ({decision.selected.runtime} on {decision.selected.device}) "
-        f"on {url} with context {settings.context_size}, {threads or 'default'} threads"
-    )
+    return model_path, projector
+
+
+def _serve(
+    ctx: Context,
+    decision: Decision,
+    settings: config.Settings,
+    runtime_dir: Path,
+    weights: tuple[Path, Path | None],
+    threads: int | None,
+) -> None:
+    """Serve the engine on the configured port and socket; publish where, and what passed."""
     from runtimes.gateway.images import ImagePolicy
     from runtimes.gateway.server import run as serve
     from snapbuild.serving.launch import serve_options
     from snapbuild.serving.plan import serving_plan
 
+    selected = decision.selected
+    assert selected is not None
+    engine, url = selected.engine, f"http://{settings.host}:{settings.port}/v1"
+    log(
+        f"starting {engine} ({selected.runtime} on {selected.device}) on {url} with context "
+        f"{settings.context_size}, {threads or 'default'} threads"
+    )
     winner = decision.candidate(engine)
     memory = winner.memory if winner else None
-    plan = serving_plan(ctx.manifest, decision.selected, settings.context_size, memory)
+    plan = serving_plan(ctx.manifest, selected, settings.context_size, memory)
     if plan is not None:
         log(f"serving: {plan.summary()}")
     options = serve_options(
         ctx.manifest,
-        decision.selected,
-        artifact=model_path,
-        projector=projector,
+        selected,
+        artifact=weights[0],
+        projector=weights[1],
         context_size=settings.context_size,
         threads=threads,
         host=settings.host,

@@ -14,15 +14,14 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 from support.tiny_models import write_tiny_llama_gguf
+from support.trials import daemon_outage
 
 from snapbuild.manifest.loader import load_manifest
 from snapbuild.manifest.model import Manifest
@@ -172,23 +171,8 @@ def _daemon_prepares(snap: Snap, engine: str) -> tuple[Path, list[str]]:
 
 
 def _daemon(snap: Snap) -> tuple[dict[str, Any], list[str]]:
-    """Run the real daemon command (no supervisor) until it answers on its port: it fails
-    before it would load, so it answers why; its /health then, and its log until then."""
-    proc = subprocess.Popen(snap.trial.command("daemon"), stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    lines: list[str] = []
-    try:
-        for line in proc.stderr:
-            if line.startswith("answering 503"):
-                break
-            lines.append(line.rstrip("\n"))
-        port = json.loads(snap.trial.run("get", "port", "--json").stdout)["port"]
-        health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=10)
-        assert health.status_code == 503, health.text
-        return health.json(), lines
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    """The real daemon, which fails before it would load: its /health, its log until then."""
+    return daemon_outage(snap.trial)
 
 
 def test_install_hook_only_asks_and_the_daemon_side_joins_the_shards(snap: Snap) -> None:

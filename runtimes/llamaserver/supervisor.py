@@ -44,10 +44,9 @@ BUILD_HINT = (
 HEALTH_TIMEOUT_S = 300.0
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 STABLE_S = 60.0  # a child that ran this long resets the backoff
-# restarts in a row (none lasting STABLE_S) before the supervisor gives up: a child that keeps
-# dying is reported (the gateway answers 503 restart-limit) rather than restarted forever
-RESTART_LIMIT = 5
-RESTART_LIMIT_VAR = "SNAPBUILD_RESTART_LIMIT"  # an operator's (or a test's) own limit
+# restarts in a row (none lasting STABLE_S) before giving up: a child that keeps dying is
+# reported (503 restart-limit) rather than restarted forever; the variable sets another limit
+RESTART_LIMIT, RESTART_LIMIT_VAR = 5, "SNAPBUILD_RESTART_LIMIT"
 LOG_LINES = 400
 
 
@@ -191,12 +190,6 @@ def _gpu_layers(config: ServingConfig, device: str) -> int:
     return 999 if device == "gpu" else 0
 
 
-def restart_limit() -> int:
-    """:data:`RESTART_LIMIT`, or a whole number of at least 0 in ``$SNAPBUILD_RESTART_LIMIT``."""
-    value = os.environ.get(RESTART_LIMIT_VAR, "").strip()
-    return int(value) if value.isdigit() else RESTART_LIMIT
-
-
 def _die_with_parent() -> None:
     """In the child: get SIGTERM when the gateway dies, however it dies (Linux prctl
     PR_SET_PDEATHSIG), so no llama-server outlives its supervisor."""
@@ -252,7 +245,8 @@ class Supervisor:
         self.name = name
         self.health_timeout = health_timeout
         self.backoff = tuple(backoff)
-        self.restart_limit = restart_limit()
+        limit = os.environ.get(RESTART_LIMIT_VAR, "").strip()  # a whole number, or the default
+        self.restart_limit = int(limit) if limit.isdigit() else RESTART_LIMIT
         self.state = ChildState()
         self.ready = asyncio.Event()
         self.first_attempt = asyncio.Event()  # set once the first start succeeded or failed
