@@ -81,7 +81,6 @@ async def start(state: ServerState, startup: Startup) -> None:
             return
         await _changed(startup.watch)
         log.warning("the model files changed: loading %s again", state.model_id)
-        await state.engine.stop()
         state.status, state.detail, state.proofs = "loading", None, {}
 
 
@@ -94,7 +93,8 @@ async def _attempt(state: ServerState, startup: Startup) -> bool:
             raise
         state.status, state.load_error, state.failure = "error", exc, "load-failed"
         state.detail = exc.brief if isinstance(exc, SnapbuildError) else str(exc)
-        log.error("loading %s failed: %s", state.model_id, state.detail)
+        why = f"\n{exc.details}" if isinstance(exc, SnapbuildError) and exc.details else ""
+        log.error("loading %s failed: %s%s", state.model_id, state.detail, why)
         if startup.on_load_error is not None:
             startup.on_load_error(exc)
         return False
@@ -105,6 +105,7 @@ async def _attempt(state: ServerState, startup: Startup) -> bool:
         state.status, state.failure = "error", "check-failed"
         state.detail = f"the engine loaded but could not generate text: {text.detail}"
         log.error("%s: %s", state.model_id, state.detail)
+        await state.engine.stop()  # useless as it is: free its memory until the files change
         return False
     for name, proof in state.proofs.items():
         if not proof.passed:
