@@ -29,8 +29,9 @@ from support.serving import health_until, refused, tiny_manifest
 from support.tiny_models import write_tiny_llama_gguf
 
 from hwprobe.replay import HOST_ROOT_VAR
+from snapbuild.trial.health import wait_healthy
 from snapbuild.trial.run import prepare
-from snapbuild.trial.sandbox import Trial
+from snapbuild.trial.sandbox import Trial, TrialError
 
 pytestmark = [pytest.mark.slow, needs_llama_server]
 MACHINES = Path(__file__).parent / "data" / "machines"
@@ -269,6 +270,8 @@ def test_weights_that_fail_to_load_answer_503_then_serve_once_replaced(
             refused(base, "/v1/completions", model="broken-demo", prompt="Hi")["code"]
             == "model_load_failed"
         )
+        with pytest.raises(TrialError, match=r"^the server cannot serve the model \(load-fa"):
+            wait_healthy(broken, f"{base}/health", timeout=60)  # `snapbuild try` says so at once
         listed = subprocess.run(
             [*SNAPBUILD, "discover", str(demo.work), str(broken.work)],
             capture_output=True,
