@@ -45,14 +45,28 @@ def status_data(ctx: Context) -> dict[str, Any]:
         "serving": _serving(ctx, decision, settings.context_size),
         "live": live_status(settings.host, settings.port) if service.active else None,
         "daemon": daemon_note(ctx, service.active),
-        "problem": state.problem
-        if decision is not None
-        else f"no engine chosen yet: run `{ctx.env.name} use-engine --auto`",
+        "problem": _problem(ctx, decision, state.problem, settings.engine_enabled == "false"),
         "notes": state.notes,
         # the same document the daemon publishes for other programs (snaps.discovery)
         "discovery": discovery.current(ctx, decision, settings),
         "discovery-file": str(document_path(ctx.env.common)),
     }
+
+
+def _problem(
+    ctx: Context, decision: Decision | None, recorded: str | None, off: bool
+) -> str | None:
+    """Why no model is served, and what to do: none chosen yet, the operator switched the
+    engine off, or what the hooks recorded (nothing fits)."""
+    name = ctx.env.name
+    if decision is None:
+        return f"no engine chosen yet: run `{name} use-engine --auto`"
+    if off:
+        return (
+            "The engine is disabled by the operator (engine-enabled=false): the API answers 503 "
+            f"saying so. Run `{name} set engine-enabled=true` to load the model again."
+        )
+    return recorded
 
 
 def _serving(ctx: Context, decision: Decision | None, context: int) -> dict[str, Any] | None:

@@ -195,6 +195,10 @@ def test_disabled_by_the_operator_answers_503_then_serves_again(demo: Trial) -> 
     assert document(demo)["outage"]["reason"] == "disabled"
     status = demo.run("status").stdout
     assert "server:       unavailable: disabled: the engine is disabled by the operator" in status
+    assert status.splitlines()[-1] == (
+        "The engine is disabled by the operator (engine-enabled=false): the API answers 503 "
+        f"saying so. Run `{NAME} set engine-enabled=true` to load the model again."
+    )
     assert demo.run("set", "engine-enabled=true").returncode == 0
     health_until(base, lambda code, b: code == 200)
     assert chat(base).status_code == 200
