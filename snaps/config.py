@@ -243,7 +243,11 @@ def validate(
         )
     if not 1 <= settings.port <= 65535:
         problems.append(f"port {settings.port} is out of range: use 1-65535")
-    elif host_ok and settings.port != own_port and port_is_free(settings.host, settings.port) is False:
+    elif (
+        host_ok
+        and settings.port != own_port
+        and port_is_free(settings.host, settings.port) is False
+    ):
         problems.append(
             f"port {settings.port} is busy on {settings.host}: another program listens there "
             "(pick a free port, e.g. `set port=" + str(_free_port_near(settings)) + "`)"
@@ -305,6 +309,11 @@ def _free_port_near(settings: Settings) -> int:
         if port_is_free(settings.host, port):
             return port
     return settings.port + 1
+
+
+def _busy(host: str, port: int) -> bool:
+    """Known to be taken (not merely unknown: a hook may not be able to check)."""
+    return port_is_free(host, port) is False
 
 
 def first_free_port(host: str, start: int) -> int:
