@@ -19,6 +19,7 @@ namespace): how a venv is created so that its ``pyvenv.cfg`` says ``home = /usr/
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import os
@@ -138,22 +139,23 @@ def _probe(candidate: str) -> dict[str, Any] | None:
 
 
 def _candidates() -> list[str]:
-    """Where a Python 3.12 may be, best first: the override, the system's, PATH (a pyenv shim
-    only answers when 3.12 is selected), pyenv's own versions, /usr/local."""
+    """Where a Python 3.12 may be, best first: the override, the system's, PATH (not a pyenv
+    shim, which answers only when 3.12 is selected, and slowly), pyenv's versions, /usr/local."""
     pyenv_root = os.environ.get("PYENV_ROOT") or str(Path.home() / ".pyenv")
     found = [
         os.environ.get(OVERRIDE_VAR, ""),
         f"/usr/bin/python{BASE_PYTHON}",
-        shutil.which(f"python{BASE_PYTHON}") or "",
+        which if "/shims/" not in (which := shutil.which(f"python{BASE_PYTHON}") or "") else "",
         *sorted(glob.glob(f"{pyenv_root}/versions/{BASE_PYTHON}.*/bin/python{BASE_PYTHON}"))[::-1],
         f"/usr/local/bin/python{BASE_PYTHON}",
     ]
     return [c for c in dict.fromkeys(found) if c and os.path.exists(c)]
 
 
+@functools.cache
 def find_host_python() -> HostPython:
-    """The host's Python 3.12 for the base snap's place, or a :class:`HarnessError` saying how
-    to get one."""
+    """The host's Python 3.12 for the base snap's place (once per process), or a
+    :class:`HarnessError` saying how to get one."""
     override = os.environ.get(OVERRIDE_VAR)
     for candidate in _candidates():
         info = _probe(candidate)
