@@ -28,9 +28,10 @@ from snapbuild.manifest.model import ArtifactFormat
 from snapcommon.model import KebabModel
 
 
-def read_data(name: str) -> Any:
-    """A YAML file of ``snapbuild/data`` as plain data (validate it before use)."""
-    text = resources.files("snapbuild").joinpath("data", name).read_text(encoding="utf-8")
+def read_data(name: str, package: str = "snapbuild") -> Any:
+    """A YAML file of ``<package>/data`` (``snapbuild/data`` by default) as plain data
+    (validate it before use)."""
+    text = resources.files(package).joinpath("data", name).read_text(encoding="utf-8")
     return yaml.safe_load(text)
 
 

@@ -6,8 +6,8 @@ then ``snap run`` (the ``SNAP*`` variables, ``HOME`` moved into ``~/snap``), the
 (``PATH`` reset, the cookie, ``TMPDIR``; glibc drops the "unsecure" variables first for a
 non-root caller, since snap-confine is set-uid), then snap-exec (snap.yaml's ``environment:``,
 expanded as :mod:`.expand` says). The variables, their values and the release each starts in are
-data (:mod:`.rules`, ``snapbuild/data/snapd_environment.yaml``); this module supplies the facts
-of one run and applies the layers in order. ``exec_via="snap-exec"`` stops before the last layer
+data (:mod:`.rules`, ``data/snapd_environment.yaml``); this module supplies the facts of one run
+and applies the layers in order. ``exec_via="snap-exec"`` stops before the last layer
 and leaves it to snapd's own ``/usr/lib/snapd/snap-exec``, which is how the tests check this
 module against snapd.
 """
@@ -131,7 +131,7 @@ def run_facts(
         "xdg_runtime_dir": place.xdg_runtime_dir,
         "app_cookie": app_cookie,
     }
-    assert tuple(facts) == FACTS  # the data's contract; tests/test_snapd_env.py checks it too
+    assert tuple(facts) == tuple(FACTS)  # the data's contract; tests/test_snapd_env.py checks it
     return facts
 
 

@@ -1,4 +1,4 @@
-"""snapd's rules as typed data: ``snapbuild/data/snapd_environment.yaml``, ``snapd_sockets.yaml``.
+"""snapd's rules as typed data: ``data/snapd_environment.yaml``, ``data/snapd_sockets.yaml``.
 
 The environment a snap sees and the sockets it may open are knowledge read from snapd's source,
 line by line, and they change between the snapd releases the project supports. Kept as data with
@@ -25,6 +25,7 @@ from pydantic import Field, field_validator, model_validator
 from snapbuild.estimate.tables import read_data
 from snapcommon.model import KebabModel, repeated
 
+DATA_PACKAGE = "snapbuild.trial.snapd"  # its data/: toolkit-only, like the code
 Release = tuple[int, int]
 RunKind = Literal["hook", "app", "service"]
 RUN_KINDS: tuple[RunKind, ...] = ("hook", "app", "service")
@@ -34,28 +35,34 @@ Layer = Literal["snap-run", "snap-confine", "snap-exec"]
 Condition = Literal[
     "always", "declares-components", "has-common-id", "has-bus-name", "not-modelled"
 ]
+_CONDITION_WORDS = {
+    "declares-components": "when snap.yaml declares components",
+    "has-common-id": "when the app has a common-id",
+    "has-bus-name": "when the app has a bus-name",
+}
 BehaviourId = Literal["conditional-expansion", "xdg-runtime-dir-created"]
 
-FACTS = (
-    "mount_dir",
-    "common_dir",
-    "data_dir",
-    "snap_name",
-    "snap_version",
-    "revision",
-    "arch",
-    "caller_snap_reexec",
-    "uid",
-    "components_dir",
-    "app_name",
-    "common_id",
-    "bus_name",
-    "user_common_dir",
-    "user_data_dir",
-    "real_home",
-    "xdg_runtime_dir",
-    "app_cookie",
-)
+# The facts a value may name, and how docs/snaps.md shows each.
+FACTS = {
+    "mount_dir": "/snap/<name>/<rev>",
+    "common_dir": "/var/snap/<name>/common",
+    "data_dir": "/var/snap/<name>/<rev>",
+    "snap_name": "<name>",
+    "snap_version": "<version>",
+    "revision": "<rev>",
+    "arch": "<dpkg arch>",
+    "caller_snap_reexec": "<caller's SNAP_REEXEC>",
+    "uid": "<uid>",
+    "components_dir": "/snap/<name>/components/<rev>",
+    "app_name": "<app>",
+    "common_id": "<common-id>",
+    "bus_name": "<bus-name>",
+    "user_common_dir": "<home>/snap/<name>/common",
+    "user_data_dir": "<home>/snap/<name>/<rev>",
+    "real_home": "<home>",
+    "xdg_runtime_dir": "/run/user/<uid>/snap.<name>",
+    "app_cookie": "<the snap's cookie>",
+}
 CALLER_FACTS = ("invocation_id", "snapd_pid", "hook_cookie")
 CWD_FACTS = ("data_dir", "caller_cwd")
 
@@ -89,6 +96,11 @@ def _check_template(template: str, allowed: tuple[str, ...]) -> str:
     if unknown:
         raise ValueError(f"unknown fact {', '.join(unknown)} in {template!r}")
     return template
+
+
+def _shown(template: str) -> str:
+    """A value as docs/snaps.md shows it: facts as their readable form, "" as (empty)."""
+    return f"`{template.format(**FACTS)}`" if template else "(empty)"
 
 
 class SnapdSource(KebabModel):
@@ -128,7 +140,7 @@ class Variable(KebabModel):
     @field_validator("value")
     @classmethod
     def _value(cls, value: str) -> str:
-        return _check_template(value, FACTS)
+        return _check_template(value, tuple(FACTS))
 
     def in_release(self, snapd: Release) -> bool:
         """Whether snapd release ``snapd`` sets it (``since`` included, ``until`` not)."""
@@ -256,14 +268,14 @@ class EnvironmentRules(KebabModel):
             "|---|---|---|---|---|",
         ]
         for v in self.variables:
-            value = "(not modelled)" if v.when == "not-modelled" else f"`{v.value}`"
-            if v.when not in ("always", "not-modelled"):
-                value += f" if {v.when}"
+            value = "(not modelled)" if v.when == "not-modelled" else _shown(v.value)
+            if v.when in _CONDITION_WORDS:
+                value += f" {_CONDITION_WORDS[v.when]}"
             releases = " ".join(
                 [*([f"{v.since}+"] if v.since else []), *([f"< {v.until}"] if v.until else [])]
             )
             runs = "all" if v.runs == RUN_KINDS else ", ".join(v.runs)
-            note = f" ({v.note})" if v.note else ""
+            note = f"; {v.note}" if v.note else ""
             lines.append(
                 f"| {v.name} | {value}{note} | {runs} | {releases or 'all'} | {v.source} |"
             )
@@ -334,11 +346,11 @@ class SocketRules(KebabModel):
 
 @cache
 def environment_rules() -> EnvironmentRules:
-    """``snapbuild/data/snapd_environment.yaml``, validated once per process."""
-    return EnvironmentRules.model_validate(read_data("snapd_environment.yaml"))
+    """``data/snapd_environment.yaml``, validated once per process."""
+    return EnvironmentRules.model_validate(read_data("snapd_environment.yaml", DATA_PACKAGE))
 
 
 @cache
 def socket_rules() -> SocketRules:
-    """``snapbuild/data/snapd_sockets.yaml``, validated once per process."""
-    return SocketRules.model_validate(read_data("snapd_sockets.yaml"))
+    """``data/snapd_sockets.yaml``, validated once per process."""
+    return SocketRules.model_validate(read_data("snapd_sockets.yaml", DATA_PACKAGE))
