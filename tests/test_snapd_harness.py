@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,8 +22,13 @@ import pytest
 from support.snapd import ProbeSnaps, build_probe, skip_reason
 
 from snapbuild.trial.sandbox import source_root
-from snapbuild.trial.snapd import HarnessError, SnapRun
-from snapbuild.trial.snapd.env import SNAP_EXEC, dpkg_architecture, systemd_unit_environment
+from snapbuild.trial.snapd import HarnessError, SnapRun, cli
+from snapbuild.trial.snapd.env import (
+    SNAP_EXEC,
+    ExecVia,
+    dpkg_architecture,
+    systemd_unit_environment,
+)
 
 SKIP = skip_reason()
 pytestmark = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
@@ -218,13 +225,14 @@ def test_the_environment_and_command_line_equal_snapd_snap_exec(
     """The last layer done here and by Debian's snap-exec (2.57, which expands like snapd
     2.68-2.76): the same variables and argv for a hook and an app."""
     seen = {}
-    for via in ("harness", "snap-exec"):
+    vias: tuple[ExecVia, ...] = ("harness", "snap-exec")
+    for via in vias:
         with SnapRun(
             snaps.v1,
             tmp_path / via,
             components={"weights": snaps.weights},
             snapd_version=(2, 68),
-            exec_via=via,  # type: ignore[arg-type]
+            exec_via=via,
         ) as snap:
             assert snap.run_hook("install").ok
             assert snap.run_app("cli", ["extra arg"], env=SHELL_ENV).ok
@@ -351,3 +359,65 @@ def test_a_missing_hook_and_app_are_refused_with_the_reason(run: SnapRun) -> Non
         run.run_hook("remove")
     with pytest.raises(HarnessError, match="probe has no app 'nope'"):
         run.run_app("nope")
+
+
+def test_a_disconnected_plug_grants_nothing(run: SnapRun) -> None:
+    run.install()
+    run.connect("network", False)
+    assert run.run_app("cli").stdout == '{"who": "cli", "AF_INET": "EACCES"}\n'
+    answer = run.snapctl("is-connected", "network")
+    assert (answer.returncode, answer.stdout, answer.stderr) == (1, "", "")
+
+
+def test_a_daemon_that_keeps_failing_is_given_up_and_says_why(run: SnapRun, port: int) -> None:
+    run.install()
+    run.wait_for_port(port, service="server", timeout=30)
+    run.snapctl("set", "fail=true")
+    assert run.snapctl("restart", "probe.server").returncode == 0
+    with pytest.raises(HarnessError, match="the server service is not running") as caught:
+        run.wait_for_port(port, service="server", timeout=60)
+    status = run.services()["server"]
+    assert (status.enabled, status.active, status.failed, status.starts) == (True, False, True, 5)
+    assert (caught.value.details or "").endswith("told to fail\n" * 5)
+    assert run.snapctl("services").stdout.splitlines()[1].split() == [
+        "probe.server",
+        "enabled",
+        "inactive",
+        "failed",
+    ]
+
+
+def test_the_command_line_runs_the_steps_and_says_what_failed(
+    snaps: ProbeSnaps, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["run", str(snaps.v1), "--work", str(tmp_path / "w")]
+    argv += ["--component", f"weights={snaps.weights}"]
+    steps = ["install", "app:offline", "set:greeting=bad"]
+    code = cli.main([*argv, *(a for step in steps for a in ("--do", step))])
+    out, err = capsys.readouterr()
+    assert (code, out.splitlines(), err) == (
+        1,
+        [
+            '{"who": "hook-install", "AF_INET": "EACCES"}',
+            '{"who": "hook-configure", "AF_INET": "EACCES"}',
+            '{"who": "offline", "AF_INET": "EACCES"}',
+        ],
+        "greeting 'bad' refused\n",
+    )
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
+def test_without_cap_sys_admin_the_check_says_what_to_do() -> None:
+    proc = subprocess.run(
+        ["setpriv", "--bounding-set", "-sys_admin", sys.executable, "-m", "snapbuild.trial.snapd"]
+        + ["check"],
+        env={**os.environ, "PYTHONPATH": str(source_root())},
+        capture_output=True,
+        text=True,
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        1,
+        "- no CAP_SYS_ADMIN: mount namespaces, mounts and loop devices need root (run as root, "
+        "or in a container started with --privileged or CAP_SYS_ADMIN)\n",
+        "",
+    )

@@ -96,8 +96,11 @@ print(json.dumps({"who": who, "AF_INET": report["sockets"]["AF_INET"]}))
 '''
 
 SERVER = r'''#!/usr/bin/python3 -I
-"""The daemon: one JSON line to whoever connects to 127.0.0.1:$PORT."""
-import json, os, socket
+"""The daemon: one JSON line to whoever connects to 127.0.0.1:$PORT (fails when told to)."""
+import json, os, socket, subprocess, sys
+told = subprocess.run(["snapctl", "get", "fail"], capture_output=True, text=True).stdout
+if told.strip() == "true":
+    sys.exit("told to fail")
 info = {"cwd": os.getcwd(), "chain": os.environ.get("CHAIN_RAN"), "home": os.environ["HOME"]}
 with open(os.path.join(os.environ["SNAP_COMMON"], "report-server.json"), "w") as fh:
     json.dump({"info": info, "env": dict(sorted(os.environ.items()))}, fh, indent=1)

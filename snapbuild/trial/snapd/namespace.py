@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ from snapbuild.trial.snapd.kernel import (
     MS_REMOUNT,
     bind,
     check,
+    die_with_parent,
     libc,
     mount,
     mount_squashfs,
@@ -262,13 +264,14 @@ def mount_revision(
 def enter(
     ns_fd: int, cwd: str, loaded: LoadedFilter, *, xdg_runtime_dir: str | None
 ) -> Callable[[], None]:
-    """The pre-exec step of every hook, app and service: join the namespace, create
-    XDG_RUNTIME_DIR when its parent exists (``snap run``, 2.74+), take the working directory
-    as snap-confine does (the same path if it can be entered there, else the void directory),
-    then load the seccomp filter (last: it confines only the snap's code)."""
+    """The pre-exec step of every hook, app and service: end with its parent, join the
+    namespace, create XDG_RUNTIME_DIR when its parent exists (``snap run``, 2.74+), take the
+    working directory as snap-confine does (the same path if it can be entered there, else the
+    void directory), then load the seccomp filter (last: it confines only the snap's code)."""
     void = void_dir()
 
     def prepare() -> None:
+        die_with_parent(signal.SIGTERM)  # nothing of the snap outlives who started it
         setns(ns_fd)
         if xdg_runtime_dir is not None:
             with contextlib.suppress(FileExistsError, FileNotFoundError):

@@ -295,7 +295,9 @@ class SnapRun:
         old = self.place
         new = Placement(old.name, f"x{int(old.revision.lstrip('x') or 0) + 1}", old.uid)
         for base in (self.work / "var-snap" / old.name, self.work / "home/root/snap" / old.name):
-            shutil.copytree(base / old.revision, base / new.revision, symlinks=True)
+            shutil.copytree(
+                base / old.revision, base / new.revision, symlinks=True, dirs_exist_ok=True
+            )
             relink(base / "current", new.revision)
         files = {k: str(Path(v).resolve()) for k, v in (components or {}).items()}
         opened = {name: os.open(path, os.O_RDONLY | os.O_CLOEXEC) for name, path in files.items()}

@@ -216,7 +216,7 @@ class SnapdStandIn:
         elif path == "/harness/start-snap-services":
             self.services.start_snap_services(install=bool(body["install"]))
         elif path == "/harness/services":
-            return {app: svc.status() for app, svc in self.services.services.items()}
+            return self.services.statuses()
         elif path == "/harness/stop-all":
             self.services.stop_all()
         elif path == "/harness/installed":

@@ -149,8 +149,14 @@ class ServiceSet:
                 continue
             svc.restart_at = now + parse_duration(runnable.restart_delay or None, RESTART_DELAY_S)
 
+    def statuses(self) -> dict[str, dict[str, Any]]:
+        """Every service's :meth:`Service.status`, by app."""
+        self.supervise()  # an exited service is then restarting or down, never in between
+        return {app: svc.status() for app, svc in self.services.items()}
+
     def table(self, args: list[str]) -> str:
         """``snapctl services`` for the named services (all when none)."""
+        self.supervise()
         rows = []
         for app in self.resolve([a for a in args if not a.startswith("-")]):
             svc = self.services.get(app, Service())
