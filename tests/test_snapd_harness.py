@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.snapd import ProbeSnaps, build_probe, skip_reason
+from support.snapd import ProbeSnaps, base_python, build_probe, skip_reason
 
 from snapbuild.trial.sandbox import source_root
 from snapbuild.trial.snapd import HarnessError, SnapRun, cli
@@ -31,6 +31,7 @@ from snapbuild.trial.snapd.env import (
 )
 
 SKIP = skip_reason()
+PYTHON = base_python()  # core24's Python where the host has a 3.12; the probe runs either way
 pytestmark = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
 GL = "/var/lib/snapd/lib/gl:/var/lib/snapd/lib/gl32"
 CONFINE_PATH = (
@@ -68,7 +69,9 @@ def snaps(tmp_path_factory: pytest.TempPathFactory, port: int) -> ProbeSnaps:
 
 @pytest.fixture
 def run(snaps: ProbeSnaps, tmp_path: Path) -> Iterator[SnapRun]:
-    with SnapRun(snaps.v1, tmp_path / "work", components={"weights": snaps.weights}) as snap:
+    with SnapRun(
+        snaps.v1, tmp_path / "work", components={"weights": snaps.weights}, base_python=PYTHON
+    ) as snap:
         yield snap
 
 
@@ -233,6 +236,7 @@ def test_the_environment_and_command_line_equal_snapd_snap_exec(
             components={"weights": snaps.weights},
             snapd_version=(2, 68),
             exec_via=via,
+            base_python=PYTHON,
         ) as snap:
             assert snap.run_hook("install").ok
             assert snap.run_app("cli", ["extra arg"], env=SHELL_ENV).ok
@@ -392,6 +396,7 @@ def test_the_command_line_runs_the_steps_and_says_what_failed(
 ) -> None:
     argv = ["run", str(snaps.v1), "--work", str(tmp_path / "w")]
     argv += ["--component", f"weights={snaps.weights}"]
+    argv += [] if PYTHON else ["--no-base-python"]
     steps = ["install", "app:offline", "set:greeting=bad"]
     code = cli.main([*argv, *(a for step in steps for a in ("--do", step))])
     out, err = capsys.readouterr()

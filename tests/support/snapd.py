@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from snapbuild.trial.snapd import HostPython, check_host
+from snapbuild.trial.snapd import HarnessError, HostPython, check_host, find_host_python
 from snapbuild.trial.snapd.env import dpkg_architecture
 
 PROBE = r'''#!/usr/bin/python3 -I
@@ -253,6 +253,15 @@ def build_pyvenv(where: Path, python: HostPython) -> Path:
     _write(site / "hello" / "__init__.py", "WHERE = __file__\n")
     _write(site / "show.py", PYVENV_MAIN)
     return snap_pack(src, where)
+
+
+def base_python() -> HostPython | None:
+    """This host's Python 3.12 for core24's place, or None (the probe needs none: its scripts
+    use only the standard library of whatever /usr/bin/python3 is)."""
+    try:
+        return find_host_python()
+    except HarnessError:
+        return None
 
 
 def skip_reason() -> str | None:

@@ -48,9 +48,9 @@ from snapbuild.trial.snapd.namespace import (
     build_namespace,
     enter,
     mount_revision,
+    read_meta,
     relink,
 )
-from snapbuild.trial.snapd.namespace import read_meta as _read_meta
 from snapbuild.trial.snapd.rules import Release, RunKind, environment_rules
 from snapbuild.trial.snapd.seccomp import FilterCache, PolicyMode
 from snapbuild.trial.snapd.services import ServiceStatus
@@ -136,7 +136,7 @@ class SnapRun:
         try:
             self.ns_fd = os.open(f"/proc/{self.holder.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
             self.setup_seconds = time.perf_counter() - started
-            self.meta = _read_meta(self.holder.pid, self.place)
+            self.meta = read_meta(self.holder.pid, self.place)
             self.spec = ServerSpec(
                 work=str(self.work),
                 name=self.place.name,
@@ -269,15 +269,18 @@ class SnapRun:
         """``snap install``: the install hook, snapd's start of the services (install-mode
         ``enable``, not disabled by the hook), then the configure hook. Stops at a failed hook
         (snapd would undo the install)."""
-        results = []
-        if "install" in self.meta.hooks:
-            results.append(self.run_hook("install"))
-            if not results[-1].ok:
-                return results
-        self._control("start-snap-services", install=True)
-        if "configure" in self.meta.hooks:
-            results.append(self.run_hook("configure"))
+        results: list[RunResult] = []
+        if self._hook_if_any("install", results):
+            self._control("start-snap-services", install=True)
+            self._hook_if_any("configure", results)
         return results
+
+    def _hook_if_any(self, hook: str, results: list[RunResult]) -> bool:
+        """Run ``hook`` when the snap has it, adding its result; False when it failed."""
+        if hook in self.meta.hooks:
+            results.append(self.run_hook(hook))
+            return results[-1].ok
+        return True
 
     def refresh(
         self, snap_file: Path, *, components: Mapping[str, Path] | None = None
@@ -286,11 +289,11 @@ class SnapRun:
         stopped, SNAP_DATA and ~/snap/<name>/<rev> copied forward, the new revision mounted
         and made current (installed components relinked, or remounted from ``components``),
         post-refresh, the enabled services started, configure. Stops at a failed hook."""
+        if snap_name(snap_file) != self.place.name:
+            raise HarnessError(f"{snap_file} is not a revision of {self.place.name}")
         results: list[RunResult] = []
-        if "pre-refresh" in self.meta.hooks:
-            results.append(self.run_hook("pre-refresh"))
-            if not results[-1].ok:
-                return results
+        if not self._hook_if_any("pre-refresh", results):
+            return results
         self._control("stop-all")
         old = self.place
         new = Placement(old.name, f"x{int(old.revision.lstrip('x') or 0) + 1}", old.uid)
@@ -308,15 +311,11 @@ class SnapRun:
             for fd in (image, *opened.values()):
                 os.close(fd)
         self.place = new
-        self.meta = _read_meta(self.holder.pid, new)
+        self.meta = read_meta(self.holder.pid, new)
         self._control("revision", revision=new.revision, components=files)
-        for hook in ("post-refresh", "configure"):
-            if hook == "configure":
-                self._control("start-snap-services", install=False)
-            if hook in self.meta.hooks:
-                results.append(self.run_hook(hook))
-                if not results[-1].ok:
-                    break
+        if self._hook_if_any("post-refresh", results):
+            self._control("start-snap-services", install=False)
+            self._hook_if_any("configure", results)
         return results
 
     # -- looking at it -------------------------------------------------------------------
