@@ -15,7 +15,7 @@ import pytest
 from pydantic import ValidationError
 from support.snapd import snap_yaml
 
-from snapbuild.estimate.tables import read_data
+from snapbuild.paths import read_data
 from snapbuild.trial.snapd import cli
 from snapbuild.trial.snapd.env import Placement, caller_environment, launch, run_facts
 from snapbuild.trial.snapd.expand import expand_command_args, expand_environment, snapd_expand

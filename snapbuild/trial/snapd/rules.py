@@ -22,7 +22,7 @@ from typing import Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
-from snapbuild.estimate.tables import read_data
+from snapbuild.paths import read_data
 from snapcommon.model import KebabModel, repeated
 
 DATA_PACKAGE = "snapbuild.trial.snapd"  # its data/: toolkit-only, like the code
