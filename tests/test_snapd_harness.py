@@ -319,6 +319,8 @@ def test_configure_runs_after_set_and_a_refusal_changes_nothing(run: SnapRun) ->
     assert run.snapctl("services").stdout == (
         "Service       Startup  Current  Notes\nprobe.server  enabled  active   -\n"
     )  # the failed hook's queued `snapctl stop` was dropped
+    typo = run.snap_set("greeting=typo")  # a hook's unknown service is refused at once
+    assert (typo.returncode, typo.stderr) == (1, "error: snapctl: unknown service: 'probe.sever'\n")
 
 
 def test_refresh_runs_post_refresh_in_the_new_revision(

@@ -132,6 +132,9 @@ HOOKS = {
             echo "greeting 'bad' refused" >&2
             exit 1
         fi
+        if [ "$(snapctl get greeting)" = typo ]; then
+            snapctl restart probe.sever
+        fi
         exec "$SNAP/bin/probe" hook-configure
         """,
     "post-refresh": """\

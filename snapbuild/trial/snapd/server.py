@@ -99,6 +99,7 @@ class SnapdStandIn:
         command, rest = args[0], args[1:]
         try:
             if command in QUEUED and hook_cookie is not None:
+                self._check(command, rest)  # refused now, as snapd refuses it in the hook
                 self.queue[hook_cookie].append(args)
                 return 0, "", ""
             if command in ("install", "remove"):
@@ -110,7 +111,8 @@ class SnapdStandIn:
             if command == "services":
                 return 0, self.services.table(rest), ""
         except (HarnessError, StandinError, OSError) as exc:
-            return 1, "", f"error: {exc}\n"
+            details = exc.details if isinstance(exc, HarnessError) else None
+            return 1, "", f"error: {exc}{f' ({details})' if details else ''}\n"
         if command in standin.STATE_COMMANDS:
             return standin.run(args)
         known = ", ".join((*QUEUED, "services", *standin.STATE_COMMANDS))
@@ -136,13 +138,21 @@ class SnapdStandIn:
                 return f"after the {hook} hook, `snapctl {' '.join(args)}` failed: {err.strip()}"
         return ""
 
-    def _components(self, command: str, names: list[str]) -> None:
-        for arg in names:
+    def _check(self, command: str, args: list[str]) -> list[str]:
+        """The components or services a queued command names; unknown ones are refused."""
+        if command in ("start", "stop", "restart"):
+            return self.services.resolve([a for a in args if not a.startswith("-")])
+        names = []
+        for arg in args:
             if not arg.startswith("+"):
-                raise HarnessError(
-                    f"snapctl {command} only handles components (+name), not {arg!r}"
-                )
-            comp = arg[1:]
+                raise HarnessError(f"snapctl {command} handles components (+name), not {arg!r}")
+            if arg[1:] not in self.meta.components:
+                raise HarnessError(f"{self.spec.name} has no component {arg[1:]!r}")
+            names.append(arg[1:])
+        return names
+
+    def _components(self, command: str, names: list[str]) -> None:
+        for comp in self._check(command, names):
             if command == "install" and comp not in self.installed:
                 image = self.spec.components.get(comp)
                 if image is None:
