@@ -179,10 +179,15 @@ def test_plugs_bind_as_snapd_binds_them() -> None:
         ["install", "configure"],
     )
     assert {n: sorted(r.plugs) for n, r in {**meta.apps, **meta.hooks}.items()} == {
-        "a": ["hardware-observe", "network"],  # its own, and the one nobody lists
-        "b": ["hardware-observe"],
-        "install": ["hardware-observe"],  # a hook snapd adds for meta/hooks/install
-        "configure": ["hardware-observe", "network-bind"],  # an implicit plug of that interface
+        "a": ["hw", "net"],  # its own, and the one nobody lists
+        "b": ["hw"],
+        "install": ["hw"],  # a hook snapd adds for meta/hooks/install
+        "configure": ["hw", "network-bind"],  # an implicit plug of that interface
+    }
+    assert meta.interfaces == {
+        "hw": "hardware-observe",
+        "net": "network",
+        "network-bind": "network-bind",
     }
 
 

@@ -159,7 +159,7 @@ def test_install_mounts_read_only_and_runs_each_step_as_snapd(run: SnapRun) -> N
         "/snap/probe/components/mnt/weights/x1 ro,nodev,relatime squashfs",
         "/snap/probe/x1 ro,nodev,relatime squashfs",
     ]
-    assert (seen["weights"], seen["greeting"]) == ("w1", "installed")
+    assert (seen["weights"], seen["greeting"], hook["hardware-observe"]) == ("w1", "installed", 1)
     assert run.installed_components() == ["weights"]
     assert (run.work / "var-snap/probe/x1/.written-by-cli").read_text() == "cli"
 
@@ -365,6 +365,20 @@ def test_a_missing_hook_and_app_are_refused_with_the_reason(run: SnapRun) -> Non
         run.run_hook("remove")
     with pytest.raises(HarnessError, match="probe has no app 'nope'"):
         run.run_app("nope")
+
+
+def test_plugs_connect_as_snapd_connects_them(snaps: ProbeSnaps, tmp_path: Path) -> None:
+    """network auto-connects, hardware-observe does not: connected only when the operator
+    says so (`snap connect`), and then the hook's netlink protocols follow."""
+    with SnapRun(
+        snaps.v1,
+        tmp_path / "w",
+        components={"weights": snaps.weights},
+        connections={"hardware-observe": True},
+        base_python=PYTHON,
+    ) as snap:
+        assert snap.run_hook("install").ok
+        assert _report(snap, "hook-install")["hardware-observe"] == 0
 
 
 def test_a_disconnected_plug_grants_nothing(run: SnapRun) -> None:

@@ -1,7 +1,8 @@
 """A tiny strict snap for the snapd-like harness's tests, packed with ``snap pack``.
 
-``probe`` has what the harness must get right: an unplugged install hook that asks snapd for a
-component and a service, a configure hook that refuses one value, a post-refresh hook, a CLI app
+``probe`` has what the harness must get right: an install hook without a network plug that asks
+snapd for a component and a service (and plugs ``hardware-observe``, which snapd does not
+connect by itself), a configure hook that refuses one value, a post-refresh hook, a CLI app
 plugging ``network``, one plugging nothing, a ``network-bind`` daemon behind a command-chain,
 ``environment:`` entries with ``$SNAP`` and the shell forms snapd expands its own way, and one
 component. Every hook and app runs ``bin/probe``, which writes what it sees (argv, cwd,
@@ -87,6 +88,7 @@ report = {
     },
     "child AF_INET": output(sys.executable, "-I", "-c", CHILD),
     "greeting": output("snapctl", "get", "greeting"),
+    "hardware-observe": subprocess.run(["snapctl", "is-connected", "hardware-observe"]).returncode,
     "weights": open(comp).read() if os.path.exists(comp) else None,
     "mounts": sorted(mounts()),
 }
@@ -177,7 +179,11 @@ def snap_yaml(version: str, port: int) -> dict[str, Any]:
                 "environment": {"PORT": str(port)},
             },
         },
-        "hooks": {"install": {}, "configure": {}, "post-refresh": {}},
+        "hooks": {
+            "install": {"plugs": ["hardware-observe"]},  # not auto-connected
+            "configure": {},
+            "post-refresh": {},
+        },
         "components": {
             "weights": {"type": "standard", "summary": "Weights", "description": "One file."}
         },

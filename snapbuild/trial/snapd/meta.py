@@ -5,7 +5,8 @@ so the file is loaded with PyYAML's ``BaseLoader`` (no ``18731`` turned into a n
 into ``True``) and the mappings keep their order. Plugs bind as snapd binds them
 (``snap/info_snap_yaml.go``): a plug an app or hook lists is its own (a name not declared at the
 top is an implicit plug of that interface); a top-level plug that no app or hook lists is bound to
-every app and hook. Which plugs are bound decides the socket policy (:mod:`.seccomp`).
+every app and hook. Which plugs are bound, of which interfaces, and which of them are connected
+decides the socket policy (:mod:`.seccomp`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class Runnable:
     command: str = ""
     command_chain: tuple[str, ...] = ()
     environment: tuple[tuple[str, str], ...] = ()
-    plugs: frozenset[str] = frozenset()  # the interfaces of the plugs bound to it
+    plugs: frozenset[str] = frozenset()  # the names of the plugs bound to it
     daemon: str = ""
     restart_condition: str = "on-failure"
     restart_delay: str = ""
@@ -58,6 +59,7 @@ class SnapMeta:
     hooks: Mapping[str, Runnable]
     components: tuple[str, ...]
     layout: tuple[str, ...]  # the paths snap.yaml lays out (not applied by the harness)
+    interfaces: Mapping[str, str]  # plug name -> interface, for every bound plug
 
     @property
     def services(self) -> list[str]:
@@ -83,10 +85,10 @@ class SnapMeta:
         hooks_data: dict[str, dict[str, Any]] = {h: {} for h in hook_files}
         hooks_data.update({n: _mapping(h) for n, h in _mapping(data.get("hooks")).items()})
         listed = {p for item in (*apps_data.values(), *hooks_data.values()) for p in _plugs(item)}
-        unlisted = {declared[p] for p in declared if p not in listed}
+        unlisted = {p for p in declared if p not in listed}
 
         def bound(item: dict[str, Any]) -> frozenset[str]:
-            return frozenset({declared.get(p, p) for p in _plugs(item)} | unlisted)
+            return frozenset({*_plugs(item), *unlisted})
 
         apps = {
             name: Runnable(
@@ -125,6 +127,7 @@ class SnapMeta:
             hooks=hooks,
             components=tuple(_mapping(data.get("components"))),
             layout=tuple(_mapping(data.get("layout"))),
+            interfaces={p: declared.get(p, p) for p in sorted({*listed, *unlisted})},
         )
 
 

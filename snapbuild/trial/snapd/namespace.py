@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ from snapbuild.trial.snapd.kernel import (
     mount_squashfs,
     remount,
     setns,
+    spawn,
     tmpfs,
     unmount,
     unshare_mounts,
@@ -51,6 +53,7 @@ from snapbuild.trial.snapd.seccomp import LoadedFilter, load_filter, syscall_num
 
 BLOB_DIR = "/var/lib/snapd/snaps"
 SNAPD_SNAP_SOCKET = "/run/snapd-snap.socket"
+REAL_SNAPCTL = "/usr/lib/snapd/snapctl"  # /usr/bin/snapctl links to it
 _HOST_BINDS_RO = ("/etc",)  # besides /usr, which stands in for the base snap
 _HOST_BINDS_REC = ("/dev", "/proc", "/sys")
 
@@ -93,6 +96,24 @@ class NamespacePlan:
             (base / rev).mkdir(parents=True, exist_ok=True)
             (base / "common").mkdir(exist_ok=True)
             relink(base / "current", rev)
+
+
+def snapctl_client(*, force: bool) -> str | None:
+    """The harness's snapctl client (script text) when the host has no snapd snapctl for the
+    base's /usr/bin/snapctl, or when ``force``d; None: the real one serves."""
+    if force or not os.path.exists(REAL_SNAPCTL):
+        return Path(__file__).with_name("snapctl_client.py").read_text()
+    return None
+
+
+def start_holder(plan: NamespacePlan) -> subprocess.Popen[bytes]:
+    """The holder: a ``sleep`` whose pre-exec step builds the namespace; it dies with us."""
+
+    def become_holder() -> None:
+        die_with_parent(signal.SIGKILL)
+        build_namespace(plan)
+
+    return spawn(["/usr/bin/sleep", "infinity"], become_holder, stdin=subprocess.DEVNULL)
 
 
 def _mount_usr(root: str, base_python: HostPython | None) -> None:

@@ -317,8 +317,10 @@ class SocketDefaults(KebabModel):
 
 
 class InterfaceGrant(KebabModel):
-    """What one connected plug of an interface adds."""
+    """What one connected plug of an interface adds, and whether snapd connects it."""
 
+    auto_connect: bool
+    auto_connect_source: str
     families: tuple[str, ...]
     netlink: tuple[str, ...]
     syscalls: tuple[MediatedSyscall, ...]

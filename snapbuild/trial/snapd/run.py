@@ -18,7 +18,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -41,22 +40,21 @@ from snapbuild.trial.snapd.env import (
     newest_snapd,
 )
 from snapbuild.trial.snapd.errors import HarnessError
-from snapbuild.trial.snapd.kernel import die_with_parent, in_namespace, spawn
+from snapbuild.trial.snapd.kernel import in_namespace, spawn
 from snapbuild.trial.snapd.meta import Runnable, snap_name
 from snapbuild.trial.snapd.namespace import (
     NamespacePlan,
-    build_namespace,
     enter,
     mount_revision,
     read_meta,
     relink,
+    snapctl_client,
+    start_holder,
 )
-from snapbuild.trial.snapd.rules import Release, RunKind, environment_rules
+from snapbuild.trial.snapd.rules import Release, RunKind, environment_rules, socket_rules
 from snapbuild.trial.snapd.seccomp import FilterCache, PolicyMode
 from snapbuild.trial.snapd.services import ServiceStatus
 from snapcommon.files import write_atomically
-
-REAL_SNAPCTL = "/usr/lib/snapd/snapctl"
 
 
 @dataclass
@@ -79,6 +77,9 @@ class SnapRun:
     """One installed snap; its hooks, apps and services run as snapd runs them.
 
     ``components``: the ``.comp`` files that ``snapctl install +<name>`` mounts.
+    ``connections``: plugs the operator connected (``True``) or disconnected (``False``);
+    the others are as snapd leaves them on install: connected when their interface
+    auto-connects (``network``, ``network-bind``), not when it does not (``hardware-observe``).
     ``snapd_version``: the snapd release whose rules apply (default the newest described;
     2.68-2.76 expand ``${VAR:+...}`` differently from 2.77+). ``base_python``: the Python 3.12
     laid out as core24's (``"auto"`` finds one and fails when there is none; ``None`` runs on
@@ -94,6 +95,7 @@ class SnapRun:
         work: Path,
         *,
         components: Mapping[str, Path] | None = None,
+        connections: Mapping[str, bool] | None = None,
         snapd_version: Release | None = None,
         base_python: HostPython | Literal["auto"] | None = "auto",
         policy_mode: PolicyMode = "snapd",
@@ -117,26 +119,20 @@ class SnapRun:
         self.state_dir = self.work / "snapctl-state"
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.filters = FilterCache(self.state_dir / CONNECTIONS_FILE, policy_mode)
-        client = None
-        if snapctl == "client" or not os.path.exists(REAL_SNAPCTL):
-            client = Path(__file__).with_name("snapctl_client.py").read_text()
+        client = snapctl_client(force=snapctl == "client")
         plan = NamespacePlan(
             self.work, self.place, self.snap_file, self.base_python, client, login_session
         )
         plan.prepare_dirs()
         started = time.perf_counter()
-
-        def become_holder() -> None:
-            die_with_parent(signal.SIGKILL)  # the namespace ends with the harness
-            build_namespace(plan)
-
-        self.holder = spawn(["/usr/bin/sleep", "infinity"], become_holder, stdin=subprocess.DEVNULL)
+        self.holder = start_holder(plan)
         self.server: subprocess.Popen[bytes] | None = None
         self.ns_fd = -1
         try:
             self.ns_fd = os.open(f"/proc/{self.holder.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
             self.setup_seconds = time.perf_counter() - started
             self.meta = read_meta(self.holder.pid, self.place)
+            self._connect_on_install(connections or {})
             self.spec = ServerSpec(
                 work=str(self.work),
                 name=self.place.name,
@@ -152,6 +148,20 @@ class SnapRun:
         except BaseException:
             self.close()
             raise
+
+    def _connect_on_install(self, given: Mapping[str, bool]) -> None:
+        """snapd's auto-connection, then the operator's ``snap connect``/``disconnect``."""
+        rules = socket_rules().interfaces
+        state = {
+            plug: False
+            for plug, interface in self.meta.interfaces.items()
+            if interface in rules and not rules[interface].auto_connect
+        }
+        self._write_connections({**state, **given})
+
+    def _write_connections(self, state: Mapping[str, bool]) -> None:
+        text = json.dumps(state, indent=2, sort_keys=True) + "\n"
+        write_atomically(self.state_dir / CONNECTIONS_FILE, text)
 
     # -- running -----------------------------------------------------------------------
     def _control(self, what: str, **body: Any) -> Any:
@@ -183,7 +193,7 @@ class SnapRun:
         prepare = enter(
             self.ns_fd,
             run.cwd,
-            self.filters.for_plugs(runnable.plugs),
+            self.filters.for_runnable(self.meta, runnable),
             xdg_runtime_dir=run.env["XDG_RUNTIME_DIR"] if creates_xdg else None,
         )
         started = time.perf_counter()
@@ -355,8 +365,7 @@ class SnapRun:
         """``snap connect`` (or, with ``connected=False``, ``snap disconnect``) a plug: what
         ``snapctl is-connected`` answers and what the socket policy grants from now on."""
         path = self.state_dir / CONNECTIONS_FILE
-        data = json.loads(path.read_text()) if path.exists() else {}
-        write_atomically(path, json.dumps({**data, plug: connected}, indent=2) + "\n")
+        self._write_connections({**json.loads(path.read_text()), plug: connected})
 
     def inside(self, path: str) -> Path:
         """A path of the namespace, as the host reaches it (read it; do not write the snap)."""

@@ -34,6 +34,7 @@ from snapbuild.trial.snapd.kernel import (
     has_capability,
     prctl,
 )
+from snapbuild.trial.snapd.meta import Runnable, SnapMeta
 from snapbuild.trial.snapd.rules import (
     FAMILIES,
     NETLINK_PROTOCOLS,
@@ -219,16 +220,18 @@ def load_filter(loaded: LoadedFilter) -> None:
 
 
 class FilterCache:
-    """One compiled filter per set of connected interfaces. A plug the operator disconnected
-    (``false`` in the snapctl stand-in's connections file) grants nothing."""
+    """One compiled filter per set of connected interfaces. Whether a plug is connected is the
+    snapctl stand-in's ``connections.json`` (absent: connected), which :class:`~.run.SnapRun`
+    fills from snapd's auto-connection rules and the operator's connections."""
 
     def __init__(self, connections: Path, mode: PolicyMode) -> None:
         self.connections = connections
         self.mode = mode
         self.filters: dict[frozenset[str], LoadedFilter] = {}
 
-    def for_plugs(self, plugs: frozenset[str]) -> LoadedFilter:
-        key = plugs - self._disconnected()
+    def for_runnable(self, meta: SnapMeta, runnable: Runnable) -> LoadedFilter:
+        off = self._disconnected()
+        key = frozenset(meta.interfaces[p] for p in runnable.plugs if p not in off)
         if key not in self.filters:
             policy = SocketPolicy.for_plugs(key, mode=self.mode)
             self.filters[key] = LoadedFilter(compile_filter(policy))

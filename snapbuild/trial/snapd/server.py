@@ -189,7 +189,7 @@ class SnapdStandIn:
         prepare = enter(
             self.ns_fd,
             run.cwd,
-            self.filters.for_plugs(runnable.plugs),
+            self.filters.for_runnable(self.meta, runnable),
             xdg_runtime_dir=run.env["XDG_RUNTIME_DIR"] if creates_xdg else None,
         )
         with (self.spec.log_dir / f"{app}.log").open("ab") as log:
