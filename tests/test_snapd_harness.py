@@ -423,7 +423,7 @@ def test_the_command_line_runs_the_steps_and_says_what_failed(
             '{"who": "hook-configure", "AF_INET": "EACCES"}',
             '{"who": "offline", "AF_INET": "EACCES"}',
         ],
-        "greeting 'bad' refused\n",
+        "greeting 'bad' refused\nset:greeting=bad: /snap/probe/x1/meta/hooks/configure failed\n",
     )
 
 

@@ -3,7 +3,8 @@
 ``check`` says whether this machine can run snaps in a namespace and what to do if not; ``env``
 prints the environment and command line snapd would give a hook, app or service of a snap.yaml
 (nothing runs); ``table`` prints the environment table of ``docs/snaps.md`` from the data;
-``run`` installs a ``.snap`` in a namespace, runs the steps asked for and cleans up. Each command
+``run`` installs a ``.snap`` in a namespace, runs the steps asked for (up to the first that fails)
+and cleans up. Each command
 only parses its arguments and calls the library.
 """
 
@@ -114,7 +115,6 @@ def _run(ns: argparse.Namespace) -> int:
         if not sep:
             raise HarnessError(f"--component {item!r}", resolution="write --component NAME=FILE")
         components[name] = Path(path)
-    code = 0
     with SnapRun(
         ns.snap,
         ns.work,
@@ -130,8 +130,10 @@ def _run(ns: argparse.Namespace) -> int:
                 sys.stderr.write(
                     result.stderr + (f"{result.after_hook}\n" if result.after_hook else "")
                 )
-                code = code or (0 if result.ok else result.returncode or 1)
-    return code
+                if not result.ok:  # the first failure ends the run, as it ends snapd's change
+                    sys.stderr.write(f"{step}: {' '.join(result.argv)} failed\n")
+                    return result.returncode or 1
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
