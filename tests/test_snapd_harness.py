@@ -369,16 +369,20 @@ def test_a_missing_hook_and_app_are_refused_with_the_reason(run: SnapRun) -> Non
 
 def test_plugs_connect_as_snapd_connects_them(snaps: ProbeSnaps, tmp_path: Path) -> None:
     """network auto-connects, hardware-observe does not: connected only when the operator
-    says so (`snap connect`), and then the hook's netlink protocols follow."""
+    says so (`snap connect`). And a test's own variables reach every run (extra_env)."""
     with SnapRun(
         snaps.v1,
         tmp_path / "w",
         components={"weights": snaps.weights},
         connections={"hardware-observe": True},
+        extra_env={"SNAPBUILD_COMPONENT_WAIT": "5"},
         base_python=PYTHON,
     ) as snap:
         assert snap.run_hook("install").ok
-        assert _report(snap, "hook-install")["hardware-observe"] == 0
+        assert snap.run_app("offline").ok
+        hook, app = _report(snap, "hook-install"), _report(snap, "offline")
+    assert hook["hardware-observe"] == 0
+    assert hook["env"]["SNAPBUILD_COMPONENT_WAIT"] == app["env"]["SNAPBUILD_COMPONENT_WAIT"] == "5"
 
 
 def test_a_disconnected_plug_grants_nothing(run: SnapRun) -> None:

@@ -39,6 +39,7 @@ class ServerSpec:
     policy_mode: str
     exec_via: str
     snapd: tuple[int, int]
+    extra_env: dict[str, str]  # test-only variables every caller's environment gets
 
     @property
     def path(self) -> Path:

@@ -80,6 +80,8 @@ class SnapRun:
     ``connections``: plugs the operator connected (``True``) or disconnected (``False``);
     the others are as snapd leaves them on install: connected when their interface
     auto-connects (``network``, ``network-bind``), not when it does not (``hardware-observe``).
+    ``extra_env``: for tests, variables added to every caller's environment (snapd's for hooks,
+    the unit's for services, the shell's for apps), as if those had them; snapd has no such knob.
     ``snapd_version``: the snapd release whose rules apply (default the newest described;
     2.68-2.76 expand ``${VAR:+...}`` differently from 2.77+). ``base_python``: the Python 3.12
     laid out as core24's (``"auto"`` finds one and fails when there is none; ``None`` runs on
@@ -96,6 +98,7 @@ class SnapRun:
         *,
         components: Mapping[str, Path] | None = None,
         connections: Mapping[str, bool] | None = None,
+        extra_env: Mapping[str, str] | None = None,
         snapd_version: Release | None = None,
         base_python: HostPython | Literal["auto"] | None = "auto",
         policy_mode: PolicyMode = "snapd",
@@ -143,6 +146,7 @@ class SnapRun:
                 policy_mode=policy_mode,
                 exec_via=exec_via,
                 snapd=self.snapd,
+                extra_env=dict(extra_env or {}),
             )
             self.server = start_server(self.spec)
         except BaseException:
@@ -227,6 +231,7 @@ class SnapRun:
         self._control("hook-started", cookie=cookie, hook=hook)
         assert self.server is not None
         caller = caller_environment("hook", hook_cookie=cookie, snapd_pid=self.server.pid)
+        caller.update(self.spec.extra_env)
         try:
             result = self._run(runnable, "hook", caller, "/", timeout=timeout)
         except BaseException:
@@ -253,6 +258,7 @@ class SnapRun:
         if runnable is None:
             raise HarnessError(f"{self.place.name} has no app {app!r}")
         caller = dict(env) if env is not None else caller_environment("app", uid=self.place.uid)
+        caller.update(self.spec.extra_env)
         return self._run(runnable, "app", caller, cwd, args, input_text, timeout)
 
     def snapctl(self, *args: str) -> RunResult:

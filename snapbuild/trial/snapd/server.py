@@ -180,7 +180,7 @@ class SnapdStandIn:
             runnable,
             "service",
             self.place,
-            caller_environment("service", snapd_pid=os.getpid()),
+            {**caller_environment("service", snapd_pid=os.getpid()), **self.spec.extra_env},
             app_cookie=self.spec.app_cookie,
             snapd=snapd,
             exec_via="snap-exec" if self.spec.exec_via == "snap-exec" else "harness",
