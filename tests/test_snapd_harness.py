@@ -385,6 +385,23 @@ def test_plugs_connect_as_snapd_connects_them(snaps: ProbeSnaps, tmp_path: Path)
     assert hook["env"]["SNAPBUILD_COMPONENT_WAIT"] == app["env"]["SNAPBUILD_COMPONENT_WAIT"] == "5"
 
 
+def test_the_snapctl_client_answers_as_snapds(snaps: ProbeSnaps, tmp_path: Path) -> None:
+    """Where the host has no snapd snapctl, the harness's client: the same answers, exit
+    statuses and refusals."""
+    with SnapRun(
+        snaps.v1,
+        tmp_path / "w",
+        components={"weights": snaps.weights},
+        snapctl="client",
+        base_python=PYTHON,
+    ) as snap:
+        assert [r.ok for r in snap.install()] == [True, True]
+        typo = snap.snap_set("greeting=typo")
+        hook = _report(snap, "hook-configure")
+    assert (hook["greeting"], hook["hardware-observe"], hook["weights"]) == ("installed", 1, "w1")
+    assert (typo.returncode, typo.stderr) == (1, "error: snapctl: unknown service: 'probe.sever'\n")
+
+
 def test_a_disconnected_plug_grants_nothing(run: SnapRun) -> None:
     run.install()
     run.connect("network", False)
