@@ -5,7 +5,6 @@ the table the data renders. No root needed."""
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 from support.snapd import snap_yaml
+from support.tables import changed
 
 from snapbuild.paths import read_data
 from snapbuild.trial.snapd import cli
@@ -208,15 +208,6 @@ def test_the_socket_policy_of_each_plug() -> None:
     assert (none.family_errno, none.netlink_errno, none.syscall_errno) == (13, 1, 1)
 
 
-def _changed(data: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
-    out = copy.deepcopy(data)
-    node = out
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = value
-    return out
-
-
 @pytest.mark.parametrize(
     ("path", "value", "message"),
     [
@@ -238,7 +229,7 @@ def test_a_broken_environment_table_is_rejected(
     data = read_data("snapd_environment.yaml", DATA_PACKAGE)
     assert EnvironmentRules.model_validate(data) == environment_rules()
     with pytest.raises(ValidationError, match=re.escape(message)):
-        EnvironmentRules.model_validate(_changed(data, path, value))
+        EnvironmentRules.model_validate(changed(data, path, value))
 
 
 def test_a_broken_socket_table_is_rejected() -> None:
@@ -247,7 +238,7 @@ def test_a_broken_socket_table_is_rejected() -> None:
         ValidationError, match="unknown socket family or netlink protocol: NETLINK_X"
     ):
         SocketRules.model_validate(
-            _changed(data, ("interfaces", "network", "netlink"), ["NETLINK_X"])
+            changed(data, ("interfaces", "network", "netlink"), ["NETLINK_X"])
         )
 
 
