@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from hwprobe.tables import cpu_table
 from snapbuild.trial.snapd.expand import expand_command_args, expand_environment
 from snapbuild.trial.snapd.meta import Runnable, SnapMeta
 from snapbuild.trial.snapd.rules import (
@@ -97,9 +98,9 @@ class Launch:
 
 
 def dpkg_architecture() -> str:
-    """SNAP_ARCH: snapd's dpkg name for this machine's architecture."""
+    """SNAP_ARCH: snapd's dpkg name for this machine's architecture (hwprobe's table)."""
     machine = platform.machine()
-    return environment_rules().dpkg_architectures.names.get(machine, machine)
+    return cpu_table().architectures.get(machine, machine)
 
 
 def run_facts(

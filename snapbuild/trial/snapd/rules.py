@@ -221,11 +221,6 @@ class Behaviour(KebabModel):
     what: str
 
 
-class Architectures(KebabModel):
-    source: str
-    names: dict[str, str]
-
-
 class EnvironmentRules(KebabModel):
     """The whole of ``snapd_environment.yaml``."""
 
@@ -238,7 +233,6 @@ class EnvironmentRules(KebabModel):
     snap_exec: SnapExec
     working_directories: WorkingDirectories
     behaviours: tuple[Behaviour, ...]
-    dpkg_architectures: Architectures
 
     @model_validator(mode="after")
     def _consistent(self) -> EnvironmentRules:
