@@ -299,6 +299,27 @@ def test_the_checkout_and_the_host_venvs_are_not_there(run: SnapRun) -> None:
         "/opt",
     ]
     assert [p for p in hidden if run.inside(p).exists()] == []
+    base_dirs = [
+        d for d in ("bin", "lib", "lib32", "lib64", "libx32", "sbin") if Path("/", d).exists()
+    ]
+    assert sorted(os.listdir(run.inside("/"))) == sorted(
+        [
+            *base_dirs,
+            "dev",
+            "etc",
+            "home",
+            "proc",
+            "root",
+            "run",
+            "snap",
+            "sys",
+            "tmp",
+            "usr",
+            "var",
+        ]
+    )
+    assert sorted(os.listdir(run.inside("/var"))) == ["lib", "snap", "tmp"]
+    assert sorted(os.listdir(run.inside("/run"))) == ["snapd-snap.socket", "user"]
     assert sorted(os.listdir(run.inside("/usr/local"))) == ["bin", "lib", "sbin"]
     assert os.listdir(run.inside("/usr/local/lib")) == []
     assert sorted(os.listdir(run.inside("/root"))) == ["snap"]

@@ -54,6 +54,7 @@ from snapbuild.trial.snapd.seccomp import LoadedFilter, load_filter, syscall_num
 BLOB_DIR = "/var/lib/snapd/snaps"
 SNAPD_SNAP_SOCKET = "/run/snapd-snap.socket"
 REAL_SNAPCTL = "/usr/lib/snapd/snapctl"  # /usr/bin/snapctl links to it
+_BASE_TOP_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")  # the base's, beside /usr
 _HOST_BINDS_RO = ("/etc",)  # besides /usr, which stands in for the base snap
 _HOST_BINDS_REC = ("/dev", "/proc", "/sys")
 
@@ -135,10 +136,13 @@ def build_namespace(plan: NamespacePlan) -> None:
     unshare_mounts()
     root = str(plan.root)
     tmpfs(root)
-    for name in sorted(os.listdir("/")):  # the merged-/usr links: /bin -> usr/bin, ...
-        if os.path.islink(f"/{name}") and os.readlink(f"/{name}").startswith("usr/"):
-            os.symlink(os.readlink(f"/{name}"), f"{root}/{name}")
     _mount_usr(root, plan.base_python)
+    for name in _BASE_TOP_DIRS:  # merged /usr: links (/bin -> usr/bin); else the host's dirs
+        if os.path.islink(f"/{name}"):
+            os.symlink(os.readlink(f"/{name}"), f"{root}/{name}")
+        elif os.path.isdir(f"/{name}"):
+            os.mkdir(f"{root}/{name}")
+            bind(f"/{name}", f"{root}/{name}", readonly=True, recursive=True)
     tmpfs(root + "/usr/local")  # a base snap's /usr/local is empty: hides host pip installs
     for sub in ("bin", "sbin", "lib"):
         os.mkdir(f"{root}/usr/local/{sub}")
