@@ -195,14 +195,20 @@ def namespace_wrapper(python312: Path, scratch: Path) -> list[str]:
     """The command prefix that runs a command where ``/usr/bin/python3`` is ``python312``.
 
     A private mount namespace (``unshare --mount --propagation private``) gets a tmpfs at
-    ``scratch`` and an overlay on ``/usr/bin`` whose upper layer adds ``python3.12`` and points
-    ``python3`` at it; nothing outside the namespace changes, and it ends with the command."""
+    ``scratch`` and an overlay on ``/usr/bin`` whose upper layer holds a copy of
+    ``python312`` as ``python3.12`` and points ``python3`` at it; nothing outside the namespace
+    changes, and it ends with the command. A copy, not a link: a venv records the real path
+    of the interpreter that made it, and a venv made from a venv (a part rebuilt while the
+    stage holds an earlier venv, whose ``bin/python3`` craft-parts puts first on PATH) takes its
+    ``home`` from there. With the copy it is ``/usr/bin``, as on core24; the interpreter finds
+    its standard library by its compiled-in prefix."""
     script = (
         'mount -t tmpfs snapbuild-pack "$1" && mkdir "$1/upper" "$1/work" '
-        '&& { [ "$2" = /usr/bin/python3.12 ] || ln -s "$2" "$1/upper/python3.12"; } '
+        '&& { [ "$2" = /usr/bin/python3.12 ] || cp "$2" "$1/upper/python3.12"; } '
         '&& ln -s python3.12 "$1/upper/python3" '
         "&& mount -t overlay snapbuild-pack "
         '-o "lowerdir=/usr/bin,upperdir=$1/upper,workdir=$1/work" /usr/bin '
+        "&& /usr/bin/python3 -c 'import venv' "
         '|| { echo "snapbuild-pack: cannot set up the build namespace" >&2; exit 125; }; '
         'shift 2; exec "$@"'
     )

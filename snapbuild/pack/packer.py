@@ -115,7 +115,7 @@ def pack(
     loaded, arch, host = _start(manifest, variant, engines, snapcraft, python312)
     work = (work or work_dir(loaded, variant, engines, arch)).resolve()
     timings: dict[str, float] = {}
-    with _locked(work, clean):
+    with _locked(work, clean, progress):
         built, inputs = _prepare(loaded, arch, variant, engines, work, timings, progress)
         record = _read_record(work)
         request = _request("pack", work, arch, inputs)
@@ -381,17 +381,16 @@ def _read_record(work: Path) -> dict[str, Any]:
 
 
 @contextmanager
-def _locked(work: Path, clean: bool) -> Iterator[None]:
-    """One pack at a time per work dir; ``clean`` starts it afresh."""
+def _locked(work: Path, clean: bool, progress: Progress | None = None) -> Iterator[None]:
+    """One pack at a time per work dir (a second one waits); ``clean`` starts it afresh."""
     work.mkdir(parents=True, exist_ok=True)
     with (work / ".lock").open("w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            raise HostError(
-                f"another snapbuild pack is using {work}",
-                resolution="wait for it to finish, or pass another --work-dir",
-            ) from exc
+        except OSError:
+            if progress:
+                progress(f"waiting for another snapbuild pack using {work}")
+            fcntl.flock(lock, fcntl.LOCK_EX)
         if clean:
             for entry in work.iterdir():
                 if entry.name != ".lock":
