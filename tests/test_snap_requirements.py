@@ -108,3 +108,22 @@ def test_every_import_of_the_shipped_code_is_declared_for_the_snap() -> None:
         if not dists & declared and module not in TOOLKIT_IMPORTS:
             missing[module] = sorted(files)
     assert missing == {}, "imported by the snap's code but installed by none of its parts"
+
+
+def test_the_wheel_table_has_a_row_for_every_package_the_parts_declare() -> None:
+    """docs/building.md's table (tests/support/wheel_table.py's output) is not stale: a package
+    added to a part's requirements, or a new part, must be resolved again."""
+    from support.wheel_table import part_requirements
+
+    text = (ROOT / "docs" / "building.md").read_text()
+    section = text.split("## Wheels for core24's Python 3.12", 1)[1]
+    rows = {
+        line.split("|")[1].strip().lower().replace("_", "-")
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith("| Package")
+    }
+    for part, requirements in part_requirements().items():
+        for text_req in requirements:
+            req = Requirement(text_req)
+            if req.marker is None or req.marker.evaluate(SNAP_PYTHON):
+                assert req.name.lower().replace("_", "-") in rows, f"{part}: {req.name}"
