@@ -6,26 +6,15 @@ and they talk JSON: one request object on stdin, one result object on stdout. Th
 therefore imports only the standard library, snapcraft and craft_parts (a test checks it), and
 it never imports the rest of snapbuild.
 
-What it runs is snapcraft's own code, in the order ``snapcraft pack --destructive-mode`` runs it
-(craft-application's ``Application`` and ``LifecycleService.run``): the plugins snapcraft
-registers (its python plugin, dotnet v2), craft-parts' partitions for components, snapcraft's
-project service (grammar, extensions, project variables), its lifecycle service (the
-``LifecycleManager`` with snapcraft's arguments and callbacks, ``post_prime`` included), its
-package service (``meta/snap.yaml``, hooks, each ``meta/component.yaml``), its linters and its
-``pack_snap`` (``snap pack``). What differs, each because this host is not a core24 builder:
-
-- ``LifecycleService.run`` is not called: its first act refuses to build a core24 project on
-  another distribution. The plan is made and executed with the same ``LifecycleManager``.
-- build-packages are treated as installed: the deb repository's ``install_packages`` becomes a
-  check that each one is installed (``dpkg-query``), which fails naming the missing ones.
-  Nothing is installed or refreshed (craft-parts has no switch for this).
-- the base snap (``extra_build_snaps: [core24]``) is not installed (no snapd daemon here).
-- core24's package list (``/snap/core24/current/usr/share/snappy/dpkg.list``) is absent, so a
-  stage-packages filter stands in: the host's Essential and Protected packages with their
-  dependencies (libc6, libgcc-s1, ...), which a base provides and a part must not stage.
-- python-apt comes from Debian's python3-apt (the deb backend needs it even to start).
-- the request may replace parts (offline sources) and drop the parts of components that cannot
-  be built here; it seeds craft-parts' file cache with local copies of downloads.
+What it runs is snapcraft's own code, in the order ``snapcraft pack --destructive-mode`` runs
+it: snapcraft's plugins and partitions, its project, lifecycle (``LifecycleManager`` with its
+arguments and callbacks) and package services, its linters and ``pack_snap``. What differs,
+because this host is not a core24 builder (docs/building.md, "snapbuild pack", says why each):
+``LifecycleService.run`` is not called (it refuses core24 on Debian; the plan is executed with
+the same manager); build-packages are checked, not installed (``install_packages`` replaced);
+the base snap is not installed; a stage-packages filter stands in for core24's package list;
+python-apt is Debian's; the request may replace parts (offline sources), drop those of
+components not built here, and seed craft-parts' file cache.
 
 Request (schema 1): ``action`` ("probe", "plan" or "pack"), ``project_dir``, ``work_dir``,
 ``cache_dir``, ``logs_dir``, ``out_dir``, ``platform``, ``build_for``, ``apt_dir`` (where
@@ -43,12 +32,15 @@ itself could not be read (2).
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -56,6 +48,8 @@ from typing import Any
 
 SCHEMA = 1
 ACTIONS = ("probe", "plan", "pack")
+FIELDS = ("project_dir", "work_dir", "cache_dir", "logs_dir", "out_dir", "platform", "build_for",
+          "apt_dir", "path")  # fmt: skip
 PROGRESS = "snapbuild-pack: "  # stderr lines meant for a person (the rest goes to the log)
 
 
@@ -73,7 +67,8 @@ class DriverError(Exception):
 
 
 def enable_python_apt(apt_dir: Path, link_dir: Path) -> None:
-    """Put python3-apt's four modules (only those) on ``sys.path`` through links in ``link_dir``.
+    """Put python3-apt's four modules (only those: not Debian's other Python packages) on
+    ``sys.path`` through links in ``link_dir``, an empty directory.
 
     Debian builds python3-apt for its own python3; the extension modules load only into the
     same CPython version (their file name carries it), so that is checked first."""
@@ -89,11 +84,8 @@ def enable_python_apt(apt_dir: Path, link_dir: Path) -> None:
             resolution="apt-get install python3-apt; snapcraft's Python must be the version "
             "python3-apt is built for (Debian 12: 3.11)",
         )
-    link_dir.mkdir(parents=True, exist_ok=True)
     for name in names.values():
-        link = link_dir / name
-        if not link.is_symlink():
-            link.symlink_to(apt_dir / name)
+        (link_dir / name).symlink_to(apt_dir / name)
     sys.path.append(str(link_dir))
 
 
@@ -181,7 +173,9 @@ def fingerprint(root: Path) -> str:
 
 def _setup(req: dict[str, Any], result: dict[str, Any]) -> tuple[Any, Any, Any]:
     """snapcraft's start-up and services for the request's project: (factory, lifecycle, model)."""
-    enable_python_apt(Path(req["apt_dir"]), Path(req["work_dir"]) / "python-apt")
+    links = tempfile.mkdtemp(prefix="snapbuild-python-apt-")
+    atexit.register(shutil.rmtree, links, ignore_errors=True)
+    enable_python_apt(Path(req["apt_dir"]), Path(links))
     try:
         import craft_cli
         import craft_parts
@@ -349,26 +343,22 @@ def handle(req: dict[str, Any]) -> dict[str, Any]:
     except DriverError as exc:
         return {**result, "ok": False, "error": exc.data}
     except Exception as exc:  # craft errors carry brief/details/resolution; others are bugs
-        brief = str(getattr(exc, "brief", "") or exc) or type(exc).__name__
-        details = getattr(exc, "details", None)
-        trace = traceback.format_exc()
-        if not hasattr(exc, "resolution"):
-            details = "\n".join(filter(None, [details, trace.strip().splitlines()[-1]]))
-        print(trace, file=sys.stderr)
-        return {
-            **result,
-            "ok": False,
-            "error": {
-                "brief": brief,
-                "details": details,
-                "resolution": getattr(exc, "resolution", None),
-                "exit_code": 1,
-            },
-        }
+        print(traceback.format_exc(), file=sys.stderr)
+        return {**result, "ok": False, "error": _error_of(exc)}
     finally:
         if req.get("action") != "probe":
             _end_emitter()
     return result
+
+
+def _error_of(exc: Exception) -> dict[str, Any]:
+    """A craft error's own brief, details and resolution; for anything else, its last line."""
+    details = getattr(exc, "details", None)
+    if not hasattr(exc, "resolution"):
+        details = "\n".join(filter(None, [details, f"{type(exc).__name__}: {exc}"]))
+    brief = str(getattr(exc, "brief", "") or exc) or type(exc).__name__
+    return {"brief": brief, "details": details, "resolution": getattr(exc, "resolution", None),
+            "exit_code": 1}  # fmt: skip
 
 
 def _end_emitter() -> None:
@@ -390,21 +380,7 @@ def read_request(text: str) -> dict[str, Any]:
         raise DriverError(
             f"the request needs schema {SCHEMA} and an action of {', '.join(ACTIONS)}", code=2
         )
-    needed = (
-        ["apt_dir", "work_dir"]
-        if req["action"] == "probe"
-        else [
-            "project_dir",
-            "work_dir",
-            "cache_dir",
-            "logs_dir",
-            "out_dir",
-            "platform",
-            "build_for",
-            "apt_dir",
-            "path",
-        ]
-    )
+    needed = ("apt_dir",) if req["action"] == "probe" else FIELDS
     absent = [key for key in needed if not isinstance(req.get(key), str)]
     if absent:
         raise DriverError(f"the request lacks {', '.join(absent)}", code=2)
