@@ -45,7 +45,7 @@ def test_components_that_cannot_be_had_here_are_left_out_with_a_fix(
     (tree / "usr" / "bin").mkdir(parents=True)
     (tree / "usr" / "bin" / "llama-server").write_text("#!/bin/sh\n")
     (tree / inputs.STAMP).write_text("{}")
-    monkeypatch.setattr(inputs, "build_component", lambda runtime, progress=None: tree)
+    monkeypatch.setattr(inputs, "built_component", lambda runtime: tree)
     monkeypatch.setattr(
         inputs, "installed_versions", lambda names: ({}, [n for n in names if "cuda" in n])
     )
@@ -114,3 +114,22 @@ def test_sync_rewrites_only_what_changed(tmp_path: Path) -> None:
     assert not (dest / "stale.txt").exists()
     assert (dest / "pkg" / "b.py").stat().st_ino != (src / "pkg" / "b.py").stat().st_ino
     assert inputs.sync_tree(src, dest, ignore={"skip.json"}) == 0
+
+
+def test_without_native_builds_a_runtime_never_built_is_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def never(*_: object, **__: object) -> Path:
+        raise AssertionError("a llama.cpp build was started")
+
+    monkeypatch.setattr(inputs, "built_component", lambda runtime: None)
+    monkeypatch.setattr(inputs, "build_component", never)
+    monkeypatch.setattr(inputs, "installed_versions", lambda names: ({}, []))
+    manifest = load_manifest("smollm2")
+    built = build_project(manifest, variant="cpu", architectures=("amd64",))
+    got = inputs.prepare_inputs(
+        manifest, built.plan, built.project["parts"], load_catalog(), tmp_path, build_native=False
+    )
+    (skipped,) = [s for s in got.skipped if s.name == "llamacpp-cpu"]
+    assert skipped.resolution and "snapbuild.recipes.native llama.cpp-cpu" in skipped.resolution
+    assert "runtime-llamacpp-cpu" in got.drop_parts

@@ -40,6 +40,12 @@ from snapbuild.commands.building import comma_names
     help="Where the build is kept between packs (default: <snapbuild cache>/pack/...).",
 )
 @click.option("--clean", is_flag=True, help="Start the build afresh.")
+@click.option(
+    "--no-native-build",
+    is_flag=True,
+    help="Leave out native runtimes (llama.cpp builds) never built here instead of building "
+    "them (tens of minutes each).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def pack_cmd(
     model: str,
@@ -50,6 +56,7 @@ def pack_cmd(
     python312: Path | None,
     work_dir: Path | None,
     clean: bool,
+    no_native_build: bool,
     as_json: bool,
 ) -> None:
     """Build MODEL's snap with craft-parts and snap pack, and pack each component.
@@ -67,6 +74,7 @@ def pack_cmd(
         python312=python312,
         work=work_dir,
         clean=clean,
+        build_native=not no_native_build,
         progress=None if as_json else lambda line: click.echo(f"  {line}", err=True),
     )
     if as_json:

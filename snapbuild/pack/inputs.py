@@ -37,7 +37,7 @@ from snapbuild.manifest.model import Manifest
 from snapbuild.pack.driver import installed_versions
 from snapbuild.project.packing import ComponentPlan
 from snapbuild.project.plan import BuildPlan
-from snapbuild.recipes.native import STAMP, build_component
+from snapbuild.recipes.native import STAMP, build_component, built_component
 
 # part keys that say where the source comes from, or configure the cmake plugin
 SOURCE_KEYS = frozenset(
@@ -95,13 +95,18 @@ def prepare_inputs(
     catalog: RuntimeCatalog,
     inputs_dir: Path,
     progress: Callable[[str], None] | None = None,
+    *,
+    build_native: bool = True,
 ) -> Inputs:
-    """Decide each component's fate and prepare the local sources of those built here."""
+    """Decide each component's fate and prepare the local sources of those built here;
+    ``build_native`` False leaves out a native runtime whose recipe was never built."""
     inputs = Inputs()
     owners = parts_by_component(parts)
     for comp in plan.components:
         if comp.kind == "runtime":
-            reason = _runtime_inputs(comp, catalog, parts, owners, inputs_dir, inputs, progress)
+            reason = _runtime_inputs(
+                comp, catalog, parts, owners, inputs_dir, inputs, progress, build_native
+            )
         else:
             reason = _artifact_inputs(manifest, plan, comp, inputs)
         if reason is not None:
@@ -118,6 +123,7 @@ def _runtime_inputs(
     inputs_dir: Path,
     inputs: Inputs,
     progress: Callable[[str], None] | None,
+    build_native: bool,
 ) -> Skipped | None:
     entry = catalog.get(comp.runtimes[0])
     native = entry.build.native if entry and entry.build else None
@@ -134,7 +140,16 @@ def _runtime_inputs(
             f"install {' '.join(missing)}{where}, or build this variant with snapcraft on a "
             "machine that has them",
         )
-    tree = build_component(comp.runtimes[0], progress=progress)
+    tree = built_component(comp.runtimes[0])
+    if tree is None and not build_native:
+        return Skipped(
+            comp.name,
+            "component",
+            "its native runtime was never built here (a build takes tens of minutes)",
+            f"python -m snapbuild.recipes.native {comp.runtimes[0]}, or pack without "
+            "--no-native-build",
+        )
+    tree = tree or build_component(comp.runtimes[0], progress=progress)
     copy = inputs_dir / comp.name
     sync_tree(tree, copy, ignore={STAMP})
     for name in owners.get(comp.name, []):

@@ -108,15 +108,20 @@ def pack(
     python312: str | Path | None = None,
     work: Path | None = None,
     clean: bool = False,
+    build_native: bool = True,
     progress: Progress | None = None,
 ) -> Packed:
-    """Build and pack ``manifest``'s snap and components for this machine into ``out``."""
+    """Build and pack ``manifest``'s snap and components for this machine into ``out``.
+    ``build_native`` False leaves out native runtimes never built here instead of building
+    them (tens of minutes each)."""
     started = time.monotonic()
     loaded, arch, host = _start(manifest, variant, engines, snapcraft, python312)
     work = (work or work_dir(loaded, variant, engines, arch)).resolve()
     timings: dict[str, float] = {}
     with _locked(work, clean, progress):
-        built, inputs = _prepare(loaded, arch, variant, engines, work, timings, progress)
+        built, inputs = _prepare(
+            loaded, arch, variant, engines, work, timings, progress, build_native
+        )
         record = _read_record(work)
         request = _request("pack", work, arch, inputs)
         request["snap_reuse"] = record.get("snap")
@@ -235,13 +240,20 @@ def _prepare(
     work: Path,
     timings: dict[str, float],
     progress: Progress | None,
+    build_native: bool,
 ) -> tuple[BuiltProject, Inputs]:
     t0 = time.monotonic()
     built = _render(manifest, arch, variant, engines, work)
     timings["render"] = round(time.monotonic() - t0, 2)
     t0 = time.monotonic()
     inputs = prepare_inputs(
-        manifest, built.plan, built.project["parts"], load_catalog(), work / "inputs", progress
+        manifest,
+        built.plan,
+        built.project["parts"],
+        load_catalog(),
+        work / "inputs",
+        progress,
+        build_native=build_native,
     )
     inputs.skipped += [
         Skipped(

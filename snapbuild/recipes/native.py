@@ -176,6 +176,17 @@ def _unpack_vendored(archive: Path, tree: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def built_component(runtime_id: str, *, cache: Path | None = None) -> Path | None:
+    """The cached tree of ``runtime_id``'s recipe, or None when it was never built."""
+    cache = cache or native_cache()
+    component, recipe, requirement = recipe_for(load_catalog(), runtime_id)
+    source = fetch_source(requirement, cache)
+    root = cache / "components" / f"{component}-{build_key(recipe, source)}"
+    if (root / STAMP).is_file():
+        return root
+    return built_before(cache / "components", component, recipe, source)
+
+
 def build_component(
     runtime_id: str = "llama.cpp-cpu",
     *,
@@ -186,14 +197,12 @@ def build_component(
 ) -> Path:
     """The component tree of ``runtime_id`` built per its recipe; cached, built at most once."""
     cache = cache or native_cache()
+    found = built_component(runtime_id, cache=cache)
+    if found is not None:
+        return found
     component, recipe, requirement = recipe_for(load_catalog(), runtime_id)
     source = fetch_source(requirement, cache)
     root = cache / "components" / f"{component}-{build_key(recipe, source)}"
-    if (root / STAMP).is_file():
-        return root
-    same = built_before(cache / "components", component, recipe, source)
-    if same is not None:
-        return same
     work = cache / "work" / root.name
     if progress:
         progress(f"building {component} as its recipe says into {root} (log: {work}/build.log)")
