@@ -145,3 +145,23 @@ def test_bad_input_exits_2_before_the_machine_is_examined(
     assert run_cli(cli, argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("Error: ") and message in err
+
+
+def test_a_gpu_variant_needs_snapcrafts_extension_data(tmp_path: Path) -> None:
+    """The gpu extension's parts are built from snapcraft's own data files, which a
+    pip-installed snapcraft lacks: the snap cannot be packed, and the message says why."""
+    from snapbuild.manifest.loader import load_manifest
+    from snapbuild.pack.packer import _refuse_extensions
+    from snapbuild.project.builder import build_project
+
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    tools = host.Host(snapcraft_python=python, python312=python, needs_namespace=False)
+    gpu = build_project(load_manifest("smollm2"), variant="nvidia", architectures=("amd64",))
+    with pytest.raises(HostError, match="uses snapcraft's gpu extension") as raised:
+        _refuse_extensions(gpu, tools)
+    assert "--variant cpu" in (raised.value.resolution or "")
+    (tmp_path / "venv" / "share" / "snapcraft" / "extensions" / "gpu").mkdir(parents=True)
+    _refuse_extensions(gpu, tools)  # a snapcraft that carries them (the snap) may try
+    cpu = build_project(load_manifest("smollm2"), variant="cpu", architectures=("amd64",))
+    _refuse_extensions(cpu, host.Host(python, python, False))

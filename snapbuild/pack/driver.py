@@ -223,8 +223,12 @@ def _setup(req: dict[str, Any], result: dict[str, Any]) -> tuple[Any, Any, Any]:
     project = factory.get("project")
     project.configure(platform=req["platform"], build_for=req["build_for"])
     model = project.get()
-    for name in req.get("drop_parts") or ():
+    dropped = set(req.get("drop_parts") or ())
+    for name in dropped:
         model.parts.pop(name, None)
+    for part in model.parts.values():  # the gpu extension's cleanup part comes after all parts
+        if dropped & set(part.get("after") or ()):
+            part["after"] = [name for name in part["after"] if name not in dropped]
     model.parts.update(req.get("replace_parts") or {})
     from craft_parts.sources.cache import FileCache
 

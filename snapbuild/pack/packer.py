@@ -120,7 +120,7 @@ def pack(
     timings: dict[str, float] = {}
     with _locked(work, clean, progress):
         built, inputs = _prepare(
-            loaded, arch, variant, engines, work, timings, progress, build_native
+            loaded, arch, variant, engines, work, host, timings, progress, build_native
         )
         record = _read_record(work)
         request = _request("pack", work, arch, inputs)
@@ -238,6 +238,7 @@ def _prepare(
     variant: str | None,
     engines: Sequence[str],
     work: Path,
+    host: Host,
     timings: dict[str, float],
     progress: Progress | None,
     build_native: bool,
@@ -245,6 +246,7 @@ def _prepare(
     t0 = time.monotonic()
     built = _render(manifest, arch, variant, engines, work)
     timings["render"] = round(time.monotonic() - t0, 2)
+    _refuse_extensions(built, host)
     t0 = time.monotonic()
     inputs = prepare_inputs(
         manifest,
@@ -267,6 +269,26 @@ def _prepare(
     ]
     timings["inputs"] = round(time.monotonic() - t0, 2)
     return built, inputs
+
+
+def _refuse_extensions(built: BuiltProject, host: Host) -> None:
+    """snapcraft's extensions add parts made from snapcraft's extension data
+    (``<prefix>/share/snapcraft/extensions``: a snap-installed snapcraft has it, a pip-installed
+    one does not), and the ``gpu`` extension's cleanup part clones github.com/canonical/gpu-snap.
+    Those parts are the snap's own (the apps' command-chain), so without the data no snap can be
+    packed."""
+    data = host.snapcraft_python.parent.parent / "share" / "snapcraft" / "extensions"
+    used = sorted({x for app in built.project["apps"].values() for x in app.get("extensions", [])})
+    if [x for x in used if not (data / x).is_dir()]:
+        raise HostError(
+            f"{built.plan.model} ({built.plan.variant}) uses snapcraft's {', '.join(used)} "
+            "extension, whose parts cannot be built here",
+            details=f"its parts need snapcraft's extension data, absent from {data} (a "
+            "pip-installed snapcraft has none); the gpu extension's cleanup part also clones "
+            "github.com/canonical/gpu-snap",
+            resolution="pack the CPU variant here (--variant cpu), and build GPU variants with "
+            "snapcraft (snapbuild ci's workflow)",
+        )
 
 
 def _request(action: str, work: Path, arch: str, inputs: Inputs) -> dict[str, Any]:
