@@ -23,10 +23,8 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import shutil
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -37,14 +35,14 @@ from typing import Any
 from runtimes.catalog import load_catalog
 from snapbuild.manifest.loader import load_manifest
 from snapbuild.manifest.model import Manifest
-from snapbuild.pack import driver
+from snapbuild.pack.calling import driver_request, run_driver
 from snapbuild.pack.component import pack_component
-from snapbuild.pack.host import APT_DIR, BUILD_PATH, Host, HostError, find_host, namespace_wrapper
+from snapbuild.pack.host import Host, HostError, find_host
 from snapbuild.pack.inputs import Inputs, Skipped, prepare_inputs, sync_tree
 from snapbuild.paths import cache_dir
 from snapbuild.project.builder import BuiltProject, make
 from snapbuild.project.plan import plan_build
-from snapcommon.errors import SnapbuildError, UsageError
+from snapcommon.errors import UsageError
 
 Progress = Callable[[str], None]
 
@@ -123,13 +121,15 @@ def pack(
             loaded, arch, variant, engines, work, host, timings, progress, build_native
         )
         record = _read_record(work)
-        request = _request("pack", work, arch, inputs)
+        request = driver_request("pack", work, arch, inputs)
         request["snap_reuse"] = record.get("snap")
         result = run_driver(host, request, work, progress)
         timings.update({f"driver: {k}": v for k, v in result["timings"].items()})
         timings["driver: lifecycle"] = round(sum(a["seconds"] for a in result["actions"]), 2)
         snap = Path(result["snap"])
         reused = [snap.name] if result["snap_reused"] else []
+        if not result["snap_reused"]:
+            _linters(result["linters"], work, inputs)
         record = {
             "snap": {"file": str(snap), "fingerprint": result["fingerprints"][""]},
             "components": dict(record.get("components", {})),
@@ -191,7 +191,7 @@ def plan(
     work = (work or work_dir(loaded, variant, engines, arch)).resolve()
     with _locked(work, clean=False):
         _render(loaded, arch, variant, engines, work)
-        result = run_driver(host, _request("plan", work, arch, Inputs()), work, None)
+        result = run_driver(host, driver_request("plan", work, arch, Inputs()), work, None)
     plans: dict[str, Any] = result["plan"]
     return plans
 
@@ -291,97 +291,14 @@ def _refuse_extensions(built: BuiltProject, host: Host) -> None:
         )
 
 
-def _request(action: str, work: Path, arch: str, inputs: Inputs) -> dict[str, Any]:
-    return {
-        "schema": driver.SCHEMA,
-        "action": action,
-        "project_dir": str(work / "project"),
-        "work_dir": str(work / "craft"),
-        "cache_dir": str(work / "craft-cache"),
-        "logs_dir": str(work / "logs"),
-        "out_dir": str(work / "packed"),
-        "platform": arch,
-        "build_for": arch,
-        "apt_dir": str(APT_DIR),
-        "path": f"{work / 'bin'}:{BUILD_PATH}",
-        "replace_parts": inputs.replace_parts,
-        "drop_parts": inputs.drop_parts,
-        "seed_files": inputs.seed_files,
-    }
-
-
-def run_driver(
-    host: Host, request: dict[str, Any], work: Path, progress: Progress | None
-) -> dict[str, Any]:
-    """Run the driver with ``request``; its result, or its error raised as a SnapbuildError."""
-    craftctl = host.snapcraft_python.parent / "craftctl"
-    if not craftctl.is_file():
-        raise HostError(f"snapcraft's craftctl is not beside its Python ({craftctl})")
-    (work / "bin").mkdir(parents=True, exist_ok=True)
-    link = work / "bin" / "craftctl"
-    if not link.is_symlink() or os.readlink(link) != str(craftctl):
-        link.unlink(missing_ok=True)
-        link.symlink_to(craftctl)
-    argv = [str(host.snapcraft_python), "-I", driver.__file__]
-    if host.needs_namespace:
-        (work / "ns").mkdir(exist_ok=True)
-        argv = namespace_wrapper(host.python312, work / "ns") + argv
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") and k != "VIRTUAL_ENV"}
-    logs = work / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    proc.stdin.write(json.dumps(request))
-    proc.stdin.close()
-    answer: list[str] = []
-    reader = threading.Thread(target=lambda: answer.append(proc.stdout.read()))  # type: ignore[union-attr]
-    reader.start()
-    tail: list[str] = []
-    with (logs / "driver.log").open("a", encoding="utf-8") as log:
-        for line in proc.stderr:
-            log.write(line)
-            tail = (tail + [line.rstrip()])[-40:]
-            if progress and line.startswith(driver.PROGRESS):
-                progress(line[len(driver.PROGRESS) :].rstrip())
-    code = proc.wait()
-    reader.join()
-    return _answer("".join(answer), code, tail, logs)
-
-
-def _answer(text: str, code: int, tail: list[str], logs: Path) -> dict[str, Any]:
-    if code == 125 or any("unshare failed" in line for line in tail):
-        raise HostError(
-            "cannot build here: the private mount namespace (unshare --mount, an overlay on "
-            "/usr/bin) is not available",
-            details="\n".join(tail[-5:]),
-            resolution="run as root on a machine (or a privileged container) that allows "
-            "mount namespaces, or on one whose /usr/bin/python3 is Python 3.12",
+def _linters(found: list[str], work: Path, inputs: Inputs) -> None:
+    """snapcraft's lint results, kept in the logs and counted in the notes."""
+    (work / "logs" / "linters.txt").write_text("".join(f"{line}\n" for line in found))
+    if found:
+        inputs.notes.append(
+            f"snapcraft's linters: {len(found)} findings in {work / 'logs' / 'linters.txt'} (the "
+            "library linter looks for the base's libraries in /snap/core24, absent here)"
         )
-    try:
-        result: dict[str, Any] = json.loads(text)
-    except ValueError:
-        raise SnapbuildError(
-            f"the snapcraft driver ended without an answer (exit {code})",
-            details="\n".join(tail[-12:]),
-            resolution=f"read {logs / 'driver.log'}",
-        ) from None
-    if not result.get("ok"):
-        error = result.get("error") or {}
-        details = "\n".join(filter(None, [error.get("details"), f"logs: {logs}"]))
-        raise SnapbuildError(
-            str(error.get("brief")),
-            details=details,
-            resolution=error.get("resolution"),
-            exit_code=int(error.get("exit_code") or 1),
-        )
-    return result
 
 
 def _component(
