@@ -10,7 +10,7 @@ import click
 from snapcommon.errors import UsageError
 
 
-def _names(value: str | None) -> tuple[str, ...]:
+def comma_names(value: str | None) -> tuple[str, ...]:
     """``"a, b"`` -> ``("a", "b")``; empty items are a usage error, not silently dropped."""
     if value is None:
         return ()
@@ -73,9 +73,9 @@ def make_cmd(
         manifest,
         output,
         force=force,
-        engines=_names(engines),
+        engines=comma_names(engines),
         variant=variant,
-        architectures=_names(arches),
+        architectures=comma_names(arches),
         source=source,
         grade=grade,
         sideload=sideload,
@@ -100,7 +100,7 @@ def matrix_cmd(model: str, fmt: str, arches: str | None) -> None:
     from snapbuild.project.matrix import format_matrix, matrix_entries
 
     manifest = load_manifest(model)
-    chosen = _names(arches)
+    chosen = comma_names(arches)
     unknown = [a for a in chosen if a not in manifest.architectures]
     if unknown:
         raise UsageError(

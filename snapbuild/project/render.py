@@ -46,8 +46,9 @@ SOURCE_ITEMS = (
     "snaps",
 )
 # Toolkit-only packages, left out: `snapbuild try`'s machinery and its snapctl stand-in simulate
-# snapd from outside a snap; nothing an installed snap runs may use them.
-TOOLKIT_ONLY = ("snapbuild/trial",)
+# snapd from outside a snap, and `snapbuild pack` builds snaps; nothing an installed snap runs
+# may use them.
+TOOLKIT_ONLY = ("snapbuild/trial", "snapbuild/pack")
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
 
 
