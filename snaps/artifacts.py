@@ -90,7 +90,7 @@ def resolve(env: SnapEnv, manifest: Manifest, engine: str) -> Path:
     eng = manifest.engine(engine)
     if eng is None:
         raise ArtifactError(f"engine {engine!r} is not in this snap", exit_code=EXIT_NO_ENGINE)
-    return _resolve_artifact(env, manifest, eng.artifact, engine)
+    return _resolve_artifact(env, manifest, manifest.weights(eng).name, engine)
 
 
 def resolve_projector(env: SnapEnv, manifest: Manifest, engine: str) -> Path | None:
@@ -157,7 +157,7 @@ def prepare(
         raise ArtifactError(f"engine {engine!r} is not in this snap")
     if eng.projector is not None:
         _prepare_artifact(env, manifest, eng.projector, say)
-    return _prepare_artifact(env, manifest, eng.artifact, say)
+    return _prepare_artifact(env, manifest, manifest.weights(eng).name, say)
 
 
 def _prepare_artifact(

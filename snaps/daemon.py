@@ -226,7 +226,7 @@ def _run(ctx: Context) -> None:
     )
     engine_entry = ctx.manifest.engine(engine)
     if engine_entry is not None:
-        check_loadable(model_path, ctx.manifest.artifact(engine_entry.artifact).format)
+        check_loadable(model_path, ctx.manifest.weights(engine_entry).format)
     usable, ignored = config.runtime_env(settings.env)
     if ignored:
         names = ", ".join(f"env.{name}" for name in ignored)

@@ -195,7 +195,7 @@ def components_for(manifest: Manifest, engine: str) -> list[str]:
         raise UsageError(f"engine {engine!r} is not in this snap")
     entry = load_catalog().get(eng.runtime)
     runtime_component = entry.component if entry else eng.runtime
-    return [runtime_component, eng.artifact]
+    return [runtime_component, manifest.weights(eng).name]
 
 
 def engine_components(ctx: Context, engine: str) -> list[str]:

@@ -22,7 +22,7 @@ from snapbuild.selection.decision import Candidate, DeviceClass, Serving
 from snapbuild.selection.devices import Device, cpu_device, gpu_key, pick_gpu, pick_npu
 from snapbuild.selection.hardware import HardwareTable
 from snapbuild.selection.memory_fit import Fit, fit_memory
-from snapbuild.selection.ranking import Judged
+from snapbuild.selection.ranking import Judged, Rung
 from snapbuild.selection.tables import SelectionTables, packaged_tables
 from snapbuild.selection.verdicts import Verdicts
 from snapbuild.selection.vision import missing_inputs
@@ -68,16 +68,20 @@ def judge(
     host: HostProfile,
     include_experimental: bool,
     tables: SelectionTables | None = None,
+    rung: Rung | None = None,
 ) -> Judged:
-    """Every verdict for one engine on one host, under ``tables`` (None: the packaged ones)."""
+    """Every verdict for one engine on one host, under ``tables`` (None: the packaged ones).
+
+    ``manifest`` is a single model (a ladder's option view); ``rung`` places that option in its
+    ladder (None for a single model)."""
     tables = tables or packaged_tables()
     hw = tables.hardware
     entry = tables.catalog.get(engine.runtime)
-    artifact = manifest.artifact(engine.artifact)
+    artifact = manifest.weights(engine)
     v = Verdicts()
     if entry is None:  # the loader rejects this; a hand-built Manifest or catalog may not
         v.fail(f"runtime {engine.runtime!r} is not in the runtime catalog")
-        return _rejected(engine, artifact, engine.runtime, "cpu", v, index, hw)
+        return _rejected(engine, artifact, engine.runtime, "cpu", v, index, hw, rung)
     if engine.experimental and not include_experimental:
         v.fail("experimental: considered only with --experimental")
     check_architecture(
@@ -94,7 +98,7 @@ def judge(
     judge_any_of(v, engine.requires.any_of, host, hw)
     device = _device(host, engine, entry, v, hw)
     if device is None:
-        return _rejected(engine, artifact, entry.id, entry.device, v, index, hw)
+        return _rejected(engine, artifact, entry.id, entry.device, v, index, hw, rung)
     fit = fit_memory(v, manifest, engine, entry, device, host, hw)
     served = tuple(i for i in manifest.engine_inputs(engine) if i in entry.inputs)
     if fit.text_only:
@@ -126,8 +130,9 @@ def judge(
         serving=serving,
         inputs=served or ("text",),
         batching=batching,
+        option=rung.name if rung else None,
     )
-    return Judged.under(hw, cand, device.accel, fit.verified, index, v.warnings, missing)
+    return Judged.under(hw, cand, device.accel, fit.verified, index, v.warnings, missing, rung)
 
 
 def _device(
@@ -191,8 +196,9 @@ def _rejected(
     v: Verdicts,
     index: int,
     hw: HardwareTable,
+    rung: Rung | None,
 ) -> Judged:
     """An engine rejected before its memory could be judged (no runtime, no device)."""
     cls: DeviceClass = device if device in ("gpu", "npu") else "cpu"  # type: ignore[assignment]
-    cand = _candidate(engine, artifact, v, runtime, cls)
-    return Judged.under(hw, cand, "cpu", False, index, v.warnings)
+    cand = _candidate(engine, artifact, v, runtime, cls, option=rung.name if rung else None)
+    return Judged.under(hw, cand, "cpu", False, index, v.warnings, (), rung)

@@ -106,7 +106,7 @@ def fit_memory(
     (``hw``: nominal VRAM and vendor names), with every step said in ``v``."""
     shape = model_shape(manifest, engine)
     projector = projector_bytes(manifest, engine)
-    weights = manifest.artifact(engine.artifact).size + projector
+    weights = manifest.weights(engine).size + projector
     vision = vision_compute_bytes(manifest, engine)
     top, low = _contexts(manifest, engine)
     pool, available, label, exact = _pool(device, host, hw)
