@@ -157,9 +157,7 @@ class Decision(KebabModel):
 
     def candidate(self, engine: str, option: str | None = None) -> Candidate | None:
         """The candidate for ``engine`` (running ``option``, in a ladder), or None."""
-        return next(
-            (c for c in self.candidates if c.engine == engine and c.option == option), None
-        )
+        return next((c for c in self.candidates if c.engine == engine and c.option == option), None)
 
     def winner(self) -> Candidate | None:
         """The selected engine's candidate (None when nothing was selected)."""
