@@ -51,6 +51,10 @@ def _engine(j: Judged) -> str:
     return j.candidate.engine
 
 
+def _who(j: Judged) -> str:
+    return f"{j.rung.name} on {_engine(j)}" if j.rung else _engine(j)
+
+
 def _inputs(ladder: Manifest, option: str) -> tuple[Modality, ...]:
     """What the option's files read together (text, and images where it has an encoder)."""
     given = {m for a in ladder.artifacts if a.option == option for m in a.inputs}
@@ -73,6 +77,8 @@ def _reason(
 ) -> str:
     if best is not None and best is winner:
         return "selected"
+    if best is not None and winner is not None and best.key() < winner.key():
+        return f"runs here on {_engine(best)}; {_who(winner)} was asked for"
     if best is not None and winner is not None:
         lost = deciding_criterion(best, winner).loss(best, winner)
         blocked = next((j for j in own if _engine(j) == _engine(winner)), None)
