@@ -15,8 +15,9 @@ from typing import Literal
 import click
 
 from snapbuild.selection.decision import Decision
+from snapbuild.selection.ladder import parameters_text
 from snapcommon.errors import UsageError
-from snapcommon.sizes import gib
+from snapcommon.sizes import memory
 from snaps import config, hooks
 from snaps.console import JSON_OPT, confirm, emit, prog, table
 from snaps.manager import (
@@ -172,13 +173,12 @@ def models(as_json: bool) -> None:
         return
     cells = [("", "MODEL", "PARAMETERS", "SIZE", "READS", "FITS", "ENGINE", "WHY")]
     for v in decision.options:
-        params = f"{v.parameters / 1e9:.3g}B" if v.parameters else "-"
         cells.append(
             (
                 "*" if v.selected else "",
                 v.option,
-                params,
-                gib(v.size),
+                parameters_text(v.parameters),
+                memory(v.size),
                 "+".join(v.inputs),
                 "yes" if v.fits else "no",
                 v.engine or "-",

@@ -12,6 +12,7 @@ from hwprobe.profile import HostProfile
 from snapbuild.manifest.loader import load_manifest, manifest_schema
 from snapbuild.manifest.model import Manifest
 from snapbuild.selection.decision import Candidate, Decision, OptionVerdict
+from snapbuild.selection.ladder import parameters_text
 from snapbuild.selection.rows import engine_rows
 from snapbuild.selection.selector import select
 from snapcommon.errors import NoEngineError, SnapbuildError, UsageError
@@ -135,10 +136,10 @@ def _named(c: Candidate) -> str:
 
 def option_line(v: OptionVerdict) -> str:
     """One option of a ladder: its size, what it reads, and whether it runs here or why not."""
-    params = f"{v.parameters / 1e9:.2g}B params, " if v.parameters else ""
+    params = f"{parameters_text(v.parameters)} parameters, " if v.parameters else ""
     mark = "*" if v.selected else " "
     return (
-        f"{mark} {v.option} ({params}{v.size / 1e9:.2f} GB, {'+'.join(v.inputs)}): "
+        f"{mark} {v.option} ({params}{gib(v.size)}, {'+'.join(v.inputs)}): "
         f"{'runs here' if v.fits else 'does not run here'}; {v.reason}"
     )
 

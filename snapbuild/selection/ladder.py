@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from snapbuild.manifest.ladder import option_facts
 from snapbuild.manifest.model import Manifest, Modality
-from snapbuild.selection.decision import Candidate, OptionVerdict
+from snapbuild.selection.decision import OptionVerdict
 from snapbuild.selection.ranking import Judged, deciding_criterion, why
 
 
@@ -119,6 +119,11 @@ def ladder_why(
     return f"{name}: {option}; {engine}"
 
 
-def candidates_of(candidates: Sequence[Candidate], option: str) -> list[Candidate]:
-    """The candidates that run ``option``, in the Decision's order."""
-    return [c for c in candidates if c.option == option]
+def parameters_text(count: int | None) -> str:
+    """A parameter count as model cards write it: 27B, 3.9B, 268M, 662K ("-" when unknown)."""
+    if not count:
+        return "-"
+    unit, scale = next(
+        ((u, s) for u, s in (("B", 1e9), ("M", 1e6), ("K", 1e3)) if count >= s), ("", 1.0)
+    )
+    return f"{count / scale:.2g}{unit}"

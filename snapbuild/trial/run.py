@@ -94,11 +94,12 @@ def prepare(
     skeleton = check_skeleton(trial.prime)
     echo(f"snap pack --check-skeleton: {skeleton}")
     write_commands(trial)
-    usable = [c.engine for c in decision.candidates if c.compatible]
+    usable = [(c.engine, c.option) for c in decision.candidates if c.compatible]
     missing = stage_components(trial, manifest, usable, snapcraft)
-    if decision.selected and any(m.engine == decision.selected.engine for m in missing):
+    sel = decision.selected
+    if sel is not None and any((m.engine, m.option) == (sel.engine, sel.option) for m in missing):
         raise TrialError(
-            f"cannot stage engine {decision.selected.engine}'s components",
+            f"cannot stage engine {sel.engine}'s components",
             details="\n".join(str(m) for m in missing),
             resolution=f"Install the runtime here, or `snapbuild fetch {model}` the weights.",
         )
