@@ -118,9 +118,9 @@ def test_why_not_a_ladders_option(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "why-not", "gemma3", "12b", "--host-root", ARC)
     assert code == 0
     assert out.splitlines()[:6] == [
-        "12b (12B parameters, 6.8 GiB, text+vision): runs here; vulkan: Intel VRAM 7.5 GiB < 10.7 GiB "
-        "needed even at the minimum context 2048 (11.1 GiB at 8192); on cpu-x86-64 ~3.7 "
-        "tokens/s here, below the 5 tokens/s floor",
+        "12b (12B parameters, 6.8 GiB, text+vision): runs here; vulkan: Intel VRAM 7.5 GiB < "
+        "10.7 GiB needed even at the minimum context 2048 (11.1 GiB at 8192); on cpu-x86-64 "
+        "~3.7 tokens/s here, below the 5 tokens/s floor",
         "  - cpu-x86-64: rank 8",
         "  - cuda: needs an NVIDIA GPU (llama.cpp-cuda): Intel Arc A580 at 0000:03:00.0 is "
         "Intel, not NVIDIA",
