@@ -105,7 +105,8 @@ def choose(
     host, notes, only_cpu = probe_host(ctx)
     state = State(notes=notes)
     engine = pinned if pinned and pinned != config.AUTO else None
-    option = model if model and model != config.AUTO else keep
+    chosen = model if model and model != config.AUTO else None
+    option = chosen or keep
     attempts: list[tuple[str | None, str | None]] = [(engine, option)] if engine else []
     attempts += [(None, option)] if option else []
     for want_engine, want_option in attempts:
@@ -114,8 +115,11 @@ def choose(
         )
         if decision.selected is not None:
             return decision, state
-        what = f"engine {want_engine!r}" if want_engine else f"model {want_option!r}"
-        state.notes.append(f"the chosen {what} no longer fits this machine; selected automatically")
+        if want_engine or chosen:  # a pin the operator set (post-refresh explains a kept size)
+            what = f"engine {want_engine!r}" if want_engine else f"model {want_option!r}"
+            state.notes.append(
+                f"the chosen {what} no longer fits this machine; selected automatically"
+            )
     return select(ctx.manifest, host, only_cpu=only_cpu), state
 
 
