@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 
 from runtimes.catalog import load_catalog
-from snapbuild.manifest.ladder import option_artifacts, option_facts, resolve
+from snapbuild.manifest.ladder import applies, option_artifacts, option_facts, resolve
 from snapbuild.manifest.model import Manifest
 from snapbuild.manifest.problems import Located
 
@@ -148,7 +148,7 @@ def _per_option(manifest: Manifest) -> list[Located]:
                 )
             )
         runs = [e for e in manifest.engines if resolve(manifest, option.name, e)]
-        if not runs:
+        if not runs and not twice:  # with two weights in one quantization, that is the problem
             out.append(
                 (
                     ("options", k, "name"),
@@ -191,7 +191,8 @@ def _engine_reach(manifest: Manifest) -> list[Located]:
             continue  # reported by _engine_keys
         runs = [(o.name, resolve(manifest, o.name, e)) for o in manifest.options]
         resolved = [(name, r) for name, r in runs if r is not None]
-        if not resolved:
+        having = {a.option for a in manifest.artifacts if a.quantization == e.quantization}
+        if not having & {o.name for o in manifest.options if applies(e, o.name)}:
             out.append(
                 (
                     ("engines", i, "quantization"),
