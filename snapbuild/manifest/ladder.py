@@ -12,6 +12,8 @@ kinds alike through :func:`views`.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from snapbuild.manifest.model import Artifact, Engine, Manifest, ModelFacts, ModelOption
 
 # The decode speed a larger option must reach to be chosen over a smaller one, when a ladder's
@@ -79,8 +81,11 @@ def option_view(manifest: Manifest, name: str) -> Manifest:
     return view
 
 
+@lru_cache(maxsize=32)
 def views(manifest: Manifest) -> tuple[Manifest, ...]:
-    """One single-model manifest per option, best option first; a single model: itself."""
+    """One single-model manifest per option, best option first; a single model: itself.
+    Cached (manifests are frozen): a fleet plan selects on the same ladder thousands of
+    times."""
     if not manifest.is_ladder:
         return (manifest,)
     return tuple(option_view(manifest, o.name) for o in manifest.options)

@@ -33,13 +33,14 @@ memory fit, judging, ranking); the names other modules import from it stay here.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from hwprobe.profile import HostProfile, ProbeWarning
 from snapbuild.manifest.ladder import min_tokens_per_second as min_speed
 from snapbuild.manifest.ladder import option_names, views
 from snapbuild.manifest.model import Manifest
-from snapbuild.selection.decision import Decision, Selected
-from snapbuild.selection.judging import judge
+from snapbuild.selection.decision import Candidate, Decision, Selected
+from snapbuild.selection.judging import judge, with_plans
 from snapbuild.selection.ladder import ladder_why, option_verdicts
 from snapbuild.selection.ranking import LADDER_PRECEDENCE, PRECEDENCE, Judged, Rung, why
 from snapbuild.selection.tables import SelectionTables, packaged_tables
@@ -72,25 +73,27 @@ def select(
     _check_names(manifest, engine, option)
     floor = min_tokens_per_second or min_speed(manifest)
     index = {e.name: i for i, e in enumerate(manifest.engines)}
+    rungs = _rungs(manifest, floor)
     judged = [
         judge(view, e, index[e.name], host, include_experimental or engine == e.name, tables, rung)
-        for rung, view in _rungs(manifest, floor)
+        for rung, view in rungs
         for e in view.engines
     ]
     ranked = sorted((j for j in judged if j.candidate.compatible), key=Judged.key)
     rank_of = {id(j): n for n, j in enumerate(ranked, start=1)}
-    candidates = tuple(
-        j.candidate.model_copy(update={"rank": rank_of.get(id(j))})
-        for j in sorted(judged, key=lambda j: _listed(j, rank_of))
-    )
     forced = engine is not None or option is not None
     winner = next((j for j in ranked if _asked(j, engine, option)), None)
+    plans = _planner(rungs, winner, tables)
+    candidates = tuple(
+        plans(j).model_copy(update={"rank": rank_of.get(id(j))})
+        for j in sorted(judged, key=lambda j: _listed(j, rank_of))
+    )
     runner = None if forced or len(ranked) < 2 else ranked[1]
     verdicts = option_verdicts(manifest, judged, ranked, winner) if manifest.is_ladder else ()
     selected = None
     warnings = list(host.warnings)
     if winner is not None:
-        c = winner.candidate
+        c = plans(winner)
         assert c.context_size is not None
         if winner.rung is not None:
             reason = ladder_why(verdicts, winner, ranked, judged, forced)
@@ -117,6 +120,26 @@ def select(
         precedence=LADDER_PRECEDENCE if manifest.is_ladder else PRECEDENCE,
         options=verdicts,
     )
+
+
+def _planner(
+    rungs: list[tuple[Rung | None, Manifest]], winner: Judged | None, tables: SelectionTables
+) -> Callable[[Judged], Candidate]:
+    """A ladder's candidates with their serving and batching plans for the option that runs
+    (planning each size's would cost more than the ranking; the others keep none); a single
+    model's were planned when judged."""
+    views = {rung.name: view for rung, view in rungs if rung}
+    chosen = winner.rung.name if winner and winner.rung else None
+    planned: dict[int, Candidate] = {}
+
+    def plans(j: Judged) -> Candidate:
+        if j.rung is None or j.rung.name != chosen:
+            return j.candidate
+        if id(j) not in planned:
+            planned[id(j)] = with_plans(views[chosen], j.candidate, tables)
+        return planned[id(j)]
+
+    return plans
 
 
 def _rungs(manifest: Manifest, floor: float) -> list[tuple[Rung | None, Manifest]]:
