@@ -206,7 +206,8 @@ def test_files_of_several_sizes_make_one_ladder(
         ("vulkan", "F16", None),
     ]
     assert manifest.min_tokens_per_second == 5.0
-    assert "option 2m: b-F16.gguf, b-Q8_0.gguf" in result["decided"]  # type: ignore[operator]
+    decided = result["decided"]
+    assert isinstance(decided, list) and "option 2m: b-F16.gguf, b-Q8_0.gguf" in decided
     code, out, _ = _run(capsys, "validate", str(tmp_path / "f.yaml"))
     assert (code, out.split(": ok ")[1]) == (0, "(fam, 2 model options, 12 engines)\n")
     code, out, _ = _run(capsys, "make", str(tmp_path / "f.yaml"), "-o", str(tmp_path / "p"))

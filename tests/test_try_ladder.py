@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -41,7 +42,7 @@ def installed(trial: Trial) -> list[str]:
     return sorted(p.name for p in root.iterdir()) if root.is_dir() else []
 
 
-def wait_option(port: int, option: str, timeout: float = 90) -> dict[str, object]:
+def wait_option(port: int, option: str, timeout: float = 90) -> dict[str, Any]:
     """/v1/models once the server that answers serves ``option``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -49,7 +50,7 @@ def wait_option(port: int, option: str, timeout: float = 90) -> dict[str, object
             health = requests.get(f"http://127.0.0.1:{port}/health", timeout=2)
             models = requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).json()
             if health.status_code == 200 and models["data"][0].get("option") == option:
-                body: dict[str, object] = models
+                body: dict[str, Any] = models
                 return body
         except (requests.RequestException, ValueError, KeyError):
             pass
@@ -121,7 +122,7 @@ def test_use_model_switches_size_and_serves_it(tried: tuple[Trial, str, int, int
     ]
     assert installed(trial) == ["llamacpp-cpu", f"{NAME}-{SMALL}-f16"]
     models = wait_option(port, SMALL)
-    assert [(m["id"], m["option"], m["inputs"]) for m in models["data"]] == [  # type: ignore[index, union-attr]
+    assert [(m["id"], m["option"], m["inputs"]) for m in models["data"]] == [
         (NAME, SMALL, ["text"])
     ]
     status = json.loads(trial.run("status", "--json").stdout)

@@ -96,6 +96,10 @@ class CounterfactualTable(KebabModel):
         return self
 
 
+# What moved: (change id, (engine, model option) before, (engine, model option) after); the
+# option is None for a single model, the engine before None where nothing ran.
+Moved = tuple[str, tuple[str | None, str | None], tuple[str, str | None]]
+
 # A change: (profile, params) -> (changed profile, details for the message), or None when it
 # does not apply to this profile.
 Change = Callable[[HostProfile, ChangeParams], "tuple[HostProfile, dict[str, str]] | None"]
@@ -225,7 +229,6 @@ def advise(plan: FleetPlan, selector: Selector) -> list[Advice]:
     hosts_per_key: dict[str, int] = {}
     for host in plan.inventory.hosts:
         hosts_per_key[host.key] = hosts_per_key.get(host.key, 0) + 1
-    Moved = tuple[str, tuple[str | None, str | None], tuple[str, str | None]]
     tally: dict[tuple[Moved, tuple[tuple[str, str], ...]], int] = {}
     for key, count in hosts_per_key.items():
         actual = plan.outcomes[key].decision
