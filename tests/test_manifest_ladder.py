@@ -112,3 +112,12 @@ def test_when_nothing_fits_the_smallest_options_engines_say_why() -> None:
     assert decision.selected is None
     assert {c.option for c in decision.no_fit_candidates()} == {"270m"}
     assert [v.fits for v in decision.options] == [False] * 5
+
+
+def test_a_forced_engine_runs_its_best_option_which_the_options_say() -> None:
+    decision = select(LADDER, host(ram=16 * GIB), engine="cpu-x86-64")
+    assert decision.selected is not None
+    assert (decision.selected.option, decision.selected.engine) == ("4b", "cpu-x86-64")
+    four = decision.option_verdict("4b")
+    assert four is not None
+    assert (four.selected, four.engine, four.reason) == (True, "cpu-x86-64", "selected")

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from snapbuild.manifest.ladder import option_facts
 from snapbuild.manifest.model import Manifest, Modality
 from snapbuild.selection.decision import OptionVerdict
-from snapbuild.selection.ranking import Judged, deciding_criterion, why
+from snapbuild.selection.ranking import Judged, deciding_criterion, named, why
 
 
 def option_verdicts(
@@ -27,7 +27,9 @@ def option_verdicts(
     for option in ladder.options:
         own = [j for j in judged if j.rung and j.rung.name == option.name]
         best = next((j for j in ranked if j.rung and j.rung.name == option.name), None)
-        shown = best or _closest(own, winner)
+        runs = _runs(winner, option.name)
+        chosen = winner if runs else best  # its engine here: the selected one, or its best
+        shown = chosen or _closest(own, winner)
         out.append(
             OptionVerdict(
                 option=option.name,
@@ -36,12 +38,12 @@ def option_verdicts(
                 parameters=option_facts(ladder, option).parameters,
                 size=ladder.artifact(shown.candidate.artifact).size if shown else 0,
                 fits=best is not None,
-                engine=best.candidate.engine if best else None,
-                estimated_tokens_per_second=best.candidate.estimated_tokens_per_second
-                if best
+                engine=chosen.candidate.engine if chosen else None,
+                estimated_tokens_per_second=chosen.candidate.estimated_tokens_per_second
+                if chosen
                 else None,
-                selected=winner is not None and best is winner,
-                reason=_reason(best, shown, winner, own),
+                selected=runs,
+                reason="selected" if runs else _reason(best, shown, winner, own),
             )
         )
     return tuple(out)
@@ -49,10 +51,6 @@ def option_verdicts(
 
 def _engine(j: Judged) -> str:
     return j.candidate.engine
-
-
-def _who(j: Judged) -> str:
-    return f"{j.rung.name} on {_engine(j)}" if j.rung else _engine(j)
 
 
 def _inputs(ladder: Manifest, option: str) -> tuple[Modality, ...]:
@@ -72,13 +70,17 @@ def _closest(own: Sequence[Judged], winner: Judged | None) -> Judged | None:
     return min(own, key=lambda j: (len(j.candidate.blockers), j.index), default=None)
 
 
+def _runs(winner: Judged | None, option: str) -> bool:
+    """Whether the selected engine runs ``option`` (forced, it may not be the option's best)."""
+    return winner is not None and winner.rung is not None and winner.rung.name == option
+
+
 def _reason(
     best: Judged | None, shown: Judged | None, winner: Judged | None, own: Sequence[Judged]
 ) -> str:
-    if best is not None and best is winner:
-        return "selected"
+    """Why an option that is not the selected one lost, or what stops it here."""
     if best is not None and winner is not None and best.key() < winner.key():
-        return f"runs here on {_engine(best)}; {_who(winner)} was asked for"
+        return f"runs here on {_engine(best)}; {named(winner)} was asked for"
     if best is not None and winner is not None:
         lost = deciding_criterion(best, winner).loss(best, winner)
         blocked = next((j for j in own if _engine(j) == _engine(winner)), None)

@@ -109,7 +109,7 @@ def _tps(j: Judged) -> float:
     return j.candidate.estimated_tokens_per_second or 0.0
 
 
-def _who(j: Judged) -> str:
+def named(j: Judged) -> str:
     """An engine as a ladder names it: the option it runs, then the engine."""
     return f"{j.rung.name} on {j.candidate.engine}" if j.rung else j.candidate.engine
 
@@ -139,7 +139,7 @@ def _option_key(j: Judged) -> tuple[int, int]:
 
 def _why_floor(w: Judged, r: Judged) -> str:
     return (
-        f"{_who(w)} decodes ~{_tps(w):g} tokens/s; runner-up {_who(r)} ~{_tps(r):g}, below the "
+        f"{named(w)} decodes ~{_tps(w):g} tokens/s; runner-up {named(r)} ~{_tps(r):g}, below the "
         f"{_floor(w):g} tokens/s floor"
     )
 
@@ -153,10 +153,10 @@ def _lost_floor(loser: Judged, w: Judged) -> str:
 
 def _why_option(w: Judged, r: Judged) -> str:
     if _known(w) and not _known(r):
-        return f"{_who(w)}'s memory is known; runner-up {_who(r)}'s fit cannot be checked"
+        return f"{named(w)}'s memory is known; runner-up {named(r)}'s fit cannot be checked"
     if not _known(w):
-        return f"{_who(w)} is the smaller option and neither fit can be checked (memory unknown)"
-    return f"{_who(w)} is a better model option than runner-up {_who(r)}"
+        return f"{named(w)} is the smaller option and neither fit can be checked (memory unknown)"
+    return f"{named(w)} is a better model option than runner-up {named(r)}"
 
 
 def _lost_option(loser: Judged, w: Judged) -> str:
@@ -165,7 +165,7 @@ def _lost_option(loser: Judged, w: Judged) -> str:
             f"its fit on {loser.candidate.engine} cannot be checked (the device's memory is "
             "unknown): a larger option is chosen only where its fit can be"
         )
-    return f"smaller than the selected {_who(w)} (runs here on {loser.candidate.engine})"
+    return f"smaller than the selected {named(w)} (runs here on {loser.candidate.engine})"
 
 
 def _quality_or_footprint(j: Judged) -> float:
