@@ -53,6 +53,7 @@ class ServerState:
     # the most choices per request; None: the engine's own limit (Engine.max_choices)
     max_choices: int | None = None
     images: ImagePolicy = field(default_factory=ImagePolicy)
+    option: str | None = None  # a snap with model options: the one that serves
     status: Status = "loading"
     detail: str | None = None
     load_error: BaseException | None = None
@@ -186,12 +187,17 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
         page = resources.files("runtimes.gateway").joinpath("chat.html").read_text(encoding="utf-8")
         return HTMLResponse(page.replace("{{MODEL}}", _html_escape(state.model_id)))
 
-    @app.get("/v1/models", response_model=a.ModelList)
+    @app.get("/v1/models", response_model=a.ModelList, response_model_exclude_none=True)
     async def models() -> a.ModelList:
         """The one model this server serves; its id is the snap's name."""
         return a.ModelList(data=[_card(state)])
 
-    @app.get("/v1/models/{model}", response_model=a.ModelCard, responses=ERRORS)
+    @app.get(
+        "/v1/models/{model}",
+        response_model=a.ModelCard,
+        response_model_exclude_none=True,
+        responses=ERRORS,
+    )
     async def model(model: str) -> a.ModelCard:
         """One model by id."""
         _check_model(state, model)
@@ -279,7 +285,12 @@ def _stream_doc(chunk: type[Any]) -> dict[str, Any]:
 
 
 def _card(state: ServerState) -> a.ModelCard:
-    return a.ModelCard(id=state.model_id, created=state.created, inputs=list(state.engine.inputs))
+    return a.ModelCard(
+        id=state.model_id,
+        created=state.created,
+        inputs=list(state.engine.inputs),
+        option=state.option,
+    )
 
 
 def _check_model(state: ServerState, model: str) -> None:

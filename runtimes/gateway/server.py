@@ -86,6 +86,7 @@ class ServeOptions:
     cors_origins: tuple[str, ...] | None = None  # None: loopback pages only
     images: ImagePolicy = field(default_factory=ImagePolicy)
     log_level: str = "info"
+    option: str | None = None  # a snap with model options: the one that serves (/v1/models)
 
     def __post_init__(self) -> None:
         if self.serving is not None and self.serving.context_per_slot != self.load.context_size:
@@ -109,6 +110,7 @@ def create_app(
     max_choices: int | None = None,
     images: ImagePolicy | None = None,
     loaded: bool = False,
+    option: str | None = None,
 ) -> FastAPI:
     """Build the app around ``engine`` (an in-process adapter is wrapped in a
     :class:`LocalEngine`); it starts (loads, warms up) in the background at startup and answers
@@ -129,6 +131,7 @@ def create_app(
         metrics,
         max_choices=max_choices,
         images=images or ImagePolicy(),
+        option=option,
     )
 
     @contextlib.asynccontextmanager
@@ -280,6 +283,7 @@ def run(options: ServeOptions, *, on_listening: Callable[[str, int], None] | Non
         cors_origins=options.cors_origins,
         metrics=metrics,
         images=options.images,
+        option=options.option,
     )
     config = uvicorn.Config(app, log_level=options.log_level, timeout_graceful_shutdown=3)
     server = uvicorn.Server(config)

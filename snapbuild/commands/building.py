@@ -36,6 +36,11 @@ def comma_names(value: str | None) -> tuple[str, ...]:
     help="Architectures to build for (comma-separated; default: the manifest's).",
 )
 @click.option(
+    "--options",
+    "options",
+    help="A model ladder: only these model options (comma-separated; default: all).",
+)
+@click.option(
     "--source",
     help="Source of snapbuild itself for the snap's python part (git URL "
     "or path); default: copy this installation's source into the project.",
@@ -56,6 +61,7 @@ def make_cmd(
     engines: str | None,
     variant: str | None,
     arches: str | None,
+    options: str | None,
     source: str | None,
     grade: str | None,
     sideload: bool,
@@ -75,6 +81,7 @@ def make_cmd(
         force=force,
         engines=comma_names(engines),
         variant=variant,
+        options=comma_names(options),
         architectures=comma_names(arches),
         source=source,
         grade=grade,

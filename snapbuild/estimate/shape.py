@@ -106,4 +106,4 @@ def shape_from_facts(facts: ModelFacts, weights: int) -> ModelShape | None:
 
 def model_shape(manifest: Manifest, engine: Engine) -> ModelShape | None:
     """The shape of ``engine``'s model: the manifest's facts and its artifact's size."""
-    return shape_from_facts(manifest.model, manifest.artifact(engine.artifact).size)
+    return shape_from_facts(manifest.model, manifest.weights(engine).size)

@@ -317,7 +317,7 @@ def _fetch_shards(file: ArtifactFile, part: Path, label: str, progress: Progress
 def engine_artifact(manifest: Manifest, engine_name: str | None) -> Artifact:
     """The artifact of ``engine_name`` (or of the only artifact, when no engine is named)."""
     if engine_name is None:
-        names = {e.artifact for e in manifest.engines}
+        names = {manifest.weights(e).name for e in manifest.engines}
         if len(names) == 1:
             return manifest.artifact(names.pop())
         raise UsageError(
@@ -331,7 +331,7 @@ def engine_artifact(manifest: Manifest, engine_name: str | None) -> Artifact:
             f"the manifest {manifest.name!r} has no engine {engine_name!r}",
             resolution="use one of: " + ", ".join(e.name for e in manifest.engines),
         )
-    return manifest.artifact(engine.artifact)
+    return manifest.weights(engine)
 
 
 def fetch(

@@ -204,7 +204,7 @@ def _fit(text: str, limit: int = SUMMARY_LIMIT) -> str:
 
 
 def _component(manifest: Manifest, plan: BuildPlan, comp: ComponentPlan) -> dict[str, Any]:
-    users = [e.name for e in plan.engines if comp.name in e.components]
+    users = list(dict.fromkeys(e.name for e in plan.engines if comp.name in e.components))
     if comp.kind == "runtime":
         labels = ", ".join(comp.runtimes)
         summary = _fit(f"{labels} runtime")
@@ -218,9 +218,9 @@ def _component(manifest: Manifest, plan: BuildPlan, comp: ComponentPlan) -> dict
             else ""
         )
         what = "image encoder (projector)" if artifact.role == "projector" else "weights"
-        summary = _fit(
-            f"{artifact.format} {artifact.quantization} {what}{part} of {manifest.title}"
-        )
+        option = manifest.option(artifact.option) if artifact.option else None
+        title = (option.title or f"{manifest.title} {option.name}") if option else manifest.title
+        summary = _fit(f"{artifact.format} {artifact.quantization} {what}{part} of {title}")
         description = (
             f"Model {what} {artifact.name} ({artifact.format}, {artifact.quantization}), "
             f"{comp.size} bytes. Used by engines: {', '.join(users)}."
