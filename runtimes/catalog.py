@@ -34,7 +34,12 @@ class NativeBuild(KebabModel):
     """A native library built at a pinned upstream commit with snapcraft's cmake plugin."""
 
     source: str  # git URL of the upstream project
-    source_commit: str  # a commit, never a branch: builds must be reproducible
+    # a full 40-character commit, never a branch (builds must be reproducible) nor an
+    # abbreviation: craft-parts can fetch only a full hash shallowly (`source-depth`)
+    source_commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+    # `source-depth` of the part: 1 fetches that one commit, not the project's whole history
+    # (craft-parts' advice for large repositories); 0 clones everything
+    source_depth: int = Field(default=0, ge=0)
     # a PyPI sdist that vendors this source at this commit: where builds that cannot reach the
     # git host (development machines, CI) take the very same tree (snapbuild.recipes.native)
     vendored_by: str | None = None

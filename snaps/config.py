@@ -1,4 +1,5 @@
-"""The snap's settings (port, host, context-size, engine, env.*) and their rules.
+"""The snap's settings (port, host, context-size, engine, engine-enabled, model, env.*) and their
+rules.
 
 A change is validated as a whole before anything is written, so a rejected ``set`` leaves the
 configuration exactly as it was. ``env.*`` keys reach the runtime as environment variables;
@@ -16,11 +17,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from snapbuild.manifest.ladder import view_for
 from snapbuild.manifest.model import Manifest
 from snapbuild.selection.decision import Candidate
 from snapcommon.errors import UsageError
 
-KEYS = ("port", "host", "context-size", "engine", "engine-enabled", "cors-origins", "remote-images")
+KEYS = (
+    "port",
+    "host",
+    "context-size",
+    "engine",
+    "engine-enabled",
+    "cors-origins",
+    "remote-images",
+    "model",
+)
 BOOLEANS = ("true", "false")
 ORIGIN_RE = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(:\d{1,5})?$")
 DEFAULT_HOST = "127.0.0.1"
@@ -75,6 +86,8 @@ class Settings:
     remote_images: str = "false"
     # "false": the operator switched the engine off; the server keeps the port and answers 503
     engine_enabled: str = "true"
+    # a model ladder: the option (size) to run, or "auto"; None for a snap with one model
+    model: str | None = None
 
     def origins(self) -> list[str]:
         """``cors_origins`` as a list (empty: the server's loopback default)."""
@@ -90,6 +103,7 @@ class Settings:
             "cors-origins": self.cors_origins,
             "remote-images": self.remote_images,
             "engine-enabled": self.engine_enabled,
+            **({"model": self.model} if self.model is not None else {}),
             "env": dict(sorted(self.env.items())),
         }
 
@@ -152,7 +166,8 @@ def flatten(stored: Mapping[str, Any]) -> dict[str, Any]:
 def effective(
     stored: Mapping[str, Any], manifest: Manifest, default_context: int | None
 ) -> Settings:
-    """Stored (flat) values over the manifest's and the decision's defaults."""
+    """Stored (flat) values over the manifest's and the decision's defaults. A snap with one
+    model has no ``model`` setting: a stored one is kept, for :func:`validate` to refuse."""
     env = {
         env_option_to_var(k[4:]): v if isinstance(v, str) else json.dumps(v)
         for k, v in stored.items()
@@ -169,6 +184,7 @@ def effective(
         cors_origins=str(stored.get("cors-origins") or ""),
         remote_images=str(stored.get("remote-images") or "false").lower(),
         engine_enabled=str(stored.get("engine-enabled", "true")).lower(),
+        model=str(stored.get("model") or AUTO) if manifest.is_ladder or "model" in stored else None,
     )
 
 
@@ -236,9 +252,11 @@ def validate(
     """Every reason the settings cannot be used; empty when they can.
 
     ``own_port`` is the port our running server holds, which is busy but not a conflict.
-    ``candidate`` is the selector's verdict for the engine that will run.
+    ``candidate`` is the selector's verdict for the engine that will run (a ladder's contexts
+    are those of the option it runs).
     """
     problems: list[str] = []
+    served = view_for(manifest, candidate.option if candidate else None)
     host_ok = _host_ok(settings.host)
     if not host_ok:
         problems.append(
@@ -259,14 +277,15 @@ def validate(
     if settings.engine != AUTO and manifest.engine(settings.engine) is None:
         names = ", ".join(e.name for e in manifest.engines)
         problems.append(f"engine {settings.engine!r} is not in this snap (engines: {names}, auto)")
+    problems += _model_problems(settings.model, manifest)
     if settings.context_size <= 0:
         problems.append(
             f"context-size must be a positive whole number, not {settings.context_size}"
         )
     else:
         pinned = settings.engine if settings.engine != AUTO else None
-        floor = min_context(candidate.engine if candidate else pinned, manifest)
-        limit = max_context(candidate, manifest)
+        floor = min_context(candidate.engine if candidate else pinned, served)
+        limit = max_context(candidate, served)
         if settings.context_size < floor:
             problems.append(
                 f"context-size {settings.context_size} is below the smallest this model is "
@@ -305,6 +324,16 @@ def validate(
     return problems
 
 
+def _model_problems(model: str | None, manifest: Manifest) -> list[str]:
+    """A ``model`` that names no option of this snap (or any, in a snap with one model)."""
+    if model is None or model == AUTO or manifest.option(model) is not None:
+        return []
+    if not manifest.is_ladder:
+        return [f"model {model!r}: this snap holds one model; `unset model`"]
+    names = ", ".join(o.name for o in manifest.options)
+    return [f"model {model!r} is not in this snap (models: {names}, auto)"]
+
+
 def _host_ok(host: str) -> bool:
     try:
         ipaddress.ip_address(host)
@@ -318,6 +347,11 @@ def _free_port_near(settings: Settings) -> int:
         if port_is_free(settings.host, port):
             return port
     return settings.port + 1
+
+
+def _busy(host: str, port: int) -> bool:
+    """Known to be taken (not merely unknown: a hook may not be able to check)."""
+    return port_is_free(host, port) is False
 
 
 def first_free_port(host: str, start: int) -> int:

@@ -74,13 +74,16 @@ def _wait_limit() -> float:
         return COMPONENT_WAIT_S
 
 
-def wait_for_components(ctx: Context, engine: str, timeout: float | None = None) -> Path:
-    """Wait (bounded) until every component of ``engine`` is installed; the runtime's directory.
+def wait_for_components(
+    ctx: Context, engine: str, timeout: float | None = None, option: str | None = None
+) -> Path:
+    """Wait (bounded) until every component of ``engine`` (running ladder option ``option``) is
+    installed; the runtime's directory.
 
     snapd mounts a component whole, so its directory appearing means its files are there.
     """
     limit = _wait_limit() if timeout is None else timeout
-    comps = engine_components(ctx, engine)
+    comps = engine_components(ctx, engine, option)
 
     def missing() -> list[str]:
         return [c for c in comps if not ctx.env.component_dir(c).is_dir()]
@@ -110,7 +113,7 @@ def wait_for_components(ctx: Context, engine: str, timeout: float | None = None)
                 exit_code=EXIT_NO_ENGINE,
             )
         log(f"components present after {time.monotonic() - start:.1f}s")
-    return ctx.env.component_dir(components_for(ctx.manifest, engine)[0])
+    return ctx.env.component_dir(components_for(ctx.view(option), engine)[0])
 
 
 def prepare_imports(runtime_dir: Path, library_paths: tuple[str, ...] | None = None) -> None:
@@ -149,13 +152,14 @@ def runtime_library_paths(decision: Decision) -> tuple[str, ...] | None:
     return native.library_paths if native else None
 
 
-def check_fit(ctx: Context, engine: str, forced: bool) -> HostProfile:
-    """Refuse to start an engine the selector rejects on the machine as it is now; the host."""
+def check_fit(ctx: Context, engine: str, forced: bool, option: str | None = None) -> HostProfile:
+    """Refuse to start an engine (running ladder option ``option``) the selector rejects on the
+    machine as it is now; the host."""
     host, _, only_cpu = probe_host(ctx)
     if forced:
         return host
-    decision = select(ctx.manifest, host, engine=engine, only_cpu=only_cpu)
-    cand = decision.candidate(engine)
+    decision = select(ctx.manifest, host, engine=engine, option=option, only_cpu=only_cpu)
+    cand = decision.candidate(engine, option)
     if cand is None or not cand.compatible:
         raise NothingFits(
             f"engine {engine} does not fit this machine now; not starting",
@@ -224,9 +228,9 @@ def _run(ctx: Context) -> None:
         raise disabled(ctx)
     if decision.selected is None:
         raise nothing_fits(ctx, decision)
-    engine = decision.selected.engine
-    host = check_fit(ctx, engine, state.forced)
-    runtime_dir = wait_for_components(ctx, engine)
+    engine, option = decision.selected.engine, decision.selected.option
+    host = check_fit(ctx, engine, state.forced, option)
+    runtime_dir = wait_for_components(ctx, engine, option=option)
     prepare_imports(runtime_dir, runtime_library_paths(decision))
     weights = _weights(ctx, decision)
     usable, ignored = config.runtime_env(settings.env)
@@ -240,20 +244,21 @@ def _run(ctx: Context) -> None:
 
 
 def _weights(ctx: Context, decision: Decision) -> tuple[Path, Path | None]:
-    """The engine's weights, joined or gathered and checked, and its projector if it reads
-    images here."""
+    """The engine's weights (a ladder: its option's), joined or gathered and checked, and its
+    projector if it reads images here."""
     assert decision.selected is not None
     engine = decision.selected.engine
+    served = ctx.view(decision.selected.option)  # a ladder: the option that runs
     note(ctx, "preparing", f"preparing the weights of {engine}")
-    model_path = artifacts.ready(ctx.env, ctx.manifest, engine, log)
+    model_path = artifacts.ready(ctx.env, served, engine, log)
     projector = (
-        artifacts.resolve_projector(ctx.env, ctx.manifest, engine)
+        artifacts.resolve_projector(ctx.env, served, engine)
         if "vision" in decision.selected.inputs
         else None  # no projector, or its image encoder does not fit here: text only
     )
-    engine_entry = ctx.manifest.engine(engine)
+    engine_entry = served.engine(engine)
     if engine_entry is not None:
-        check_loadable(model_path, ctx.manifest.artifact(engine_entry.artifact).format)
+        check_loadable(model_path, served.weights(engine_entry).format)
     return model_path, projector
 
 
@@ -274,17 +279,19 @@ def _serve(
     selected = decision.selected
     assert selected is not None
     engine, url = selected.engine, f"http://{settings.host}:{settings.port}/v1"
+    served = ctx.view(selected.option)  # a ladder: the option that runs, as a single model
+    size = f"model {selected.option}, " if selected.option else ""
     log(
-        f"starting {engine} ({selected.runtime} on {selected.device}) on {url} with context "
-        f"{settings.context_size}, {threads or 'default'} threads"
+        f"starting {size}{engine} ({selected.runtime} on {selected.device}) on {url} with "
+        f"context {settings.context_size}, {threads or 'default'} threads"
     )
-    winner = decision.candidate(engine)
+    winner = decision.winner()
     memory = winner.memory if winner else None
-    plan = serving_plan(ctx.manifest, selected, settings.context_size, memory)
+    plan = serving_plan(served, selected, settings.context_size, memory)
     if plan is not None:
         log(f"serving: {plan.summary()}")
     options = serve_options(
-        ctx.manifest,
+        served,
         selected,
         artifact=weights[0],
         projector=weights[1],

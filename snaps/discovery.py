@@ -16,7 +16,8 @@ import json
 import time
 from typing import Any
 
-from snapbuild.selection.decision import Decision
+from runtimes.declared import Capability
+from snapbuild.selection.decision import Decision, Selected
 from snapbuild.serving.discovery import (
     SCHEMA_VERSION,
     declared_capabilities,
@@ -65,12 +66,21 @@ def document(
         "socket": str(socket_path(ctx.env.common)),
         "engine": engine,
         "inputs": list(selected.inputs) if selected else [],
-        "declared": list(declared_capabilities(ctx.manifest, selected)) if selected else [],
+        # a ladder: the model option (size) that serves; the model id stays the snap's name
+        "option": selected.option if selected else None,
+        "declared": declared(ctx, selected),
         "capabilities": ready.get("capabilities") or {},
         "status": ready.get("status") or status,
         "outage": gone,
         "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def declared(ctx: Context, selected: Selected | None) -> list[Capability]:
+    """What the service proves at start for ``selected`` (a ladder: its option's facts)."""
+    if selected is None:
+        return []
+    return list(declared_capabilities(ctx.view(selected.option), selected))
 
 
 def publish(ctx: Context, data: dict[str, Any]) -> None:

@@ -58,9 +58,12 @@ def disabled(ctx: Context) -> EngineDisabled:
 
 
 def nothing_fits(ctx: Context, decision: Decision) -> NothingFits:
-    """The outage of a machine where no engine fits: each engine's blockers, and the fix."""
+    """The outage of a machine where no engine fits: each engine's blockers (a ladder: its
+    smallest size's, which stop every larger one too), and the fix."""
     name = ctx.env.name
     blockers = " | ".join(engine_blockers(decision))
+    if decision.options:
+        blockers = f"not even the smallest model, {decision.options[-1].option}: {blockers}"
     return NothingFits(
         f"no engine of {ctx.manifest.name} fits this machine ({blockers})",
         resolution=f"Run `{name} why` for every reason; after freeing memory or installing the "

@@ -14,6 +14,7 @@ from typing import Any
 from hwprobe.profile import HostProfile
 from hwprobe.replay import probe_from_environ
 from runtimes.catalog import load_catalog
+from snapbuild.manifest.ladder import view_for
 from snapbuild.manifest.model import Manifest
 from snapbuild.selection.decision import Candidate, Decision, Selected
 from snapcommon.errors import SnapbuildError, UsageError
@@ -49,6 +50,15 @@ class Context:
     def load(cls, environ: dict[str, str] | None = None) -> Context:
         env = SnapEnv.from_environ(environ)
         return cls(env=env, snapctl=Snapctl(), manifest=load_snap_manifest(env))
+
+    def view(self, option: str | None) -> Manifest:
+        """What serves ``option``: a ladder's single-model view of it; a single model itself."""
+        return view_for(self.manifest, option)
+
+    def active_option(self, decision: Decision | None = None) -> str | None:
+        """The ladder option the recorded (or given) decision runs; None for one model."""
+        decision = decision if decision is not None else self.decision()
+        return decision.selected.option if decision and decision.selected else None
 
     # records ---------------------------------------------------------------------------------
     def decision(self) -> Decision | None:
@@ -161,17 +171,25 @@ def cpu_only(manifest: Manifest) -> Manifest:
 
 
 def select(
-    manifest: Manifest, host: HostProfile, *, engine: str | None = None, only_cpu: bool = False
+    manifest: Manifest,
+    host: HostProfile,
+    *,
+    engine: str | None = None,
+    option: str | None = None,
+    only_cpu: bool = False,
 ) -> Decision:
-    """The selector's decision (pure), on the CPU-only manifest when asked."""
+    """The selector's decision (pure), on the CPU-only manifest when asked; ``option``: a
+    ladder's model option to run (None: the selector's choice)."""
     from snapbuild.selection.selector import select as run_selector
 
-    return run_selector(cpu_only(manifest) if only_cpu else manifest, host, engine=engine)
+    chosen = cpu_only(manifest) if only_cpu else manifest
+    return run_selector(chosen, host, engine=engine, option=option)
 
 
-def forced_selection(decision: Decision, engine: str) -> Decision:
-    """A decision whose winner is ``engine`` even though the selector rejected it (--force)."""
-    cand = decision.candidate(engine)
+def forced_selection(decision: Decision, engine: str, option: str | None = None) -> Decision:
+    """A decision whose winner is ``engine`` (running ``option``) even though the selector
+    rejected it (--force)."""
+    cand = decision.candidate(engine, option)
     if cand is None:
         raise UsageError(f"engine {engine!r} is not in this snap")
     selected = Selected(
@@ -183,7 +201,9 @@ def forced_selection(decision: Decision, engine: str) -> Decision:
         artifact=cand.artifact,
         quantization=cand.quantization,
         slot=cand.slot,
-        why="forced by the user (`use-engine --force`) despite: " + "; ".join(cand.blockers),
+        why=f"forced by the user (`{'use-model' if option else 'use-engine'} --force`) despite: "
+        + "; ".join(cand.blockers),
+        option=cand.option,
     )
     return decision.model_copy(update={"selected": selected})
 
@@ -195,33 +215,53 @@ def components_for(manifest: Manifest, engine: str) -> list[str]:
         raise UsageError(f"engine {engine!r} is not in this snap")
     entry = load_catalog().get(eng.runtime)
     runtime_component = entry.component if entry else eng.runtime
-    return [runtime_component, eng.artifact]
+    return [runtime_component, manifest.weights(eng).name]
 
 
-def engine_components(ctx: Context, engine: str) -> list[str]:
-    """The components ``engine`` needs in this snap: as the builder packed them (every
-    component of a split artifact), or runtime and artifact when the snap has no engine data."""
+def engine_components(ctx: Context, engine: str, option: str | None = None) -> list[str]:
+    """The components ``engine`` needs in this snap (running ladder option ``option``): as the
+    builder packed them (every component of a split artifact), or runtime and artifact when the
+    snap has no engine data."""
     from snaps.artifacts import engine_components as packed
 
-    return packed(ctx.env, ctx.manifest, engine) or components_for(ctx.manifest, engine)
+    view = ctx.view(option)
+    return packed(ctx.env, view, engine) or components_for(view, engine)
 
 
-def missing_components(ctx: Context, engine: str) -> list[str]:
-    """The components of ``engine`` not installed yet."""
-    return [c for c in engine_components(ctx, engine) if not ctx.env.component_dir(c).exists()]
+def missing_components(ctx: Context, engine: str, option: str | None = None) -> list[str]:
+    """The components of ``engine`` (running ``option``) not installed yet."""
+    needed = engine_components(ctx, engine, option)
+    return [c for c in needed if not ctx.env.component_dir(c).exists()]
+
+
+def stale_components(ctx: Context, engine: str, option: str | None) -> list[str]:
+    """Installed weights of the ladder's other options: a switch of size removes them, so a
+    snap holds one size at a time (a single model's snap never has any)."""
+    from snaps.artifacts import option_components
+
+    keep = set(engine_components(ctx, engine, option))
+    other = {c for o, comps in option_components(ctx.env).items() if o != option for c in comps}
+    return sorted(c for c in other - keep if ctx.env.component_dir(c).exists())
 
 
 def engine_blockers(decision: Decision) -> list[str]:
-    """``engine: why it cannot run here`` for every engine of the decision."""
-    return [f"{c.engine}: {'; '.join(c.blockers) or 'does not fit'}" for c in decision.candidates]
+    """``engine: why it cannot run here`` for every engine that says why nothing runs (a
+    ladder: its smallest option's, since what stops the smallest stops every larger one)."""
+    return [
+        f"{c.engine}: {'; '.join(c.blockers) or 'does not fit'}"
+        for c in decision.no_fit_candidates()
+    ]
 
 
 def no_engine_problem(ctx: Context, decision: Decision) -> str:
-    """Why nothing fits, and what to do, in one paragraph for `status`."""
+    """Why nothing fits, and what to do, in one paragraph for `status` (a ladder: why its
+    smallest option does not run, which is why no larger one does)."""
     lines = [
         f"No engine of {ctx.manifest.name} fits this machine, so the server loads no model "
         "(its API answers 503 saying why)."
     ]
+    if decision.options:
+        lines.append(f"Not even the smallest model, {decision.options[-1].option}:")
     lines.extend(f"  {line}" for line in engine_blockers(decision))
     lines.append(
         f"Run `{ctx.env.name} why` for every reason; after freeing memory or adding hardware run "
@@ -232,4 +272,4 @@ def no_engine_problem(ctx: Context, decision: Decision) -> str:
 
 def candidate_for(decision: Decision) -> Candidate | None:
     """The selector's verdict on the engine that runs."""
-    return decision.candidate(decision.selected.engine) if decision.selected else None
+    return decision.winner()

@@ -127,6 +127,7 @@ def test_the_engine_serves_and_publishes_where(demo: Trial) -> None:
             "device": "cpu",
             "quantization": "F16",
         },
+        "option": None,  # a snap with one model (a ladder: the size that serves)
         "inputs": ["text"],
         "declared": ["text"],
         "status": "ok",

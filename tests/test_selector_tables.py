@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from support.hosts import GIB, host, intel_igpu, nvidia
+from support.manifests import GEMMA3_4B
 
 from runtimes.catalog import RuntimeCatalog, load_catalog
 from snapbuild.manifest.loader import load_manifest
@@ -68,7 +69,7 @@ def test_a_given_catalog_and_hardware_table_give_a_different_explained_decision(
     table of an 8-channel server that calls 35 tokens/s sufficient: the CPU's Q8_0 engine wins
     (both CPU quantizations now reach that speed), every verdict names the vendor as the given
     table does, and the packaged decision (CUDA, Q8_0) is unchanged afterwards."""
-    manifest, machine = load_manifest("gemma3"), host(gpus=(nvidia(12 * GIB),))
+    manifest, machine = load_manifest(GEMMA3_4B), host(gpus=(nvidia(12 * GIB),))
     packaged = select(manifest, machine)
     assert packaged.selected is not None and packaged.selected.engine == "cuda-q8"
     tables = packaged_tables().model_copy(
@@ -136,7 +137,7 @@ def test_a_given_catalog_and_hardware_table_give_a_different_explained_decision(
 def test_given_serving_and_batching_tables_plan_the_concurrency_recorded() -> None:
     """Fewer preferred llama-server slots and a lower OpenVINO GPU limit: the Decision's plans
     follow them, each saying why."""
-    manifest, machine = load_manifest("gemma3"), host(gpus=(intel_igpu(),))
+    manifest, machine = load_manifest(GEMMA3_4B), host(gpus=(intel_igpu(),))
     packaged = packaged_tables()
     serving = packaged.serving.model_copy(
         update={"preferred_slots": {"cpu": 2, "gpu": 4, "npu": 1}}

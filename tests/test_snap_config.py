@@ -53,7 +53,7 @@ def test_keys_are_normalized_to_snapd_option_names() -> None:
     assert (
         err.value.resolution
         == "Settings are port, host, context-size, engine, engine-enabled, cors-origins, "
-        "remote-images and env.NAME."
+        "remote-images, model and env.NAME."
     )
 
 

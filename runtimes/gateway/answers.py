@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 
 class UsageInfo(BaseModel):
@@ -189,6 +189,18 @@ class ModelCard(BaseModel):
     inputs: list[Literal["text", "vision", "audio"]] = ["text"]  # what the model takes in
     # the declared capabilities (text, vision, tools) as checked at start; empty: none declared
     capabilities: dict[str, Proof] = Field(default_factory=dict)
+    # a snap with model options (sizes): which one serves; the id stays the snap's name, so a
+    # client's requests do not change when the snap switches size
+    option: str | None = None
+
+    # (no return annotation: pydantic then documents the fields, not a bare object)
+    @model_serializer(mode="wrap")
+    def _without_option(self, handler: SerializerFunctionWrapHandler):
+        """A snap with one model has no ``option`` key (a capability's null ``detail`` stays)."""
+        data: dict[str, Any] = handler(self)
+        if data.get("option") is None:
+            data.pop("option", None)
+        return data
 
 
 class ModelList(BaseModel):

@@ -55,6 +55,7 @@ class ServerState:
     # the most choices per request; None: the engine's own limit (Engine.max_choices)
     max_choices: int | None = None
     images: ImagePolicy = field(default_factory=ImagePolicy)
+    option: str | None = None  # a snap with model options: the one that serves
     status: Status = "loading"
     detail: str | None = None
     load_error: BaseException | None = None
@@ -314,7 +315,11 @@ def _stream_doc(chunk: type[Any]) -> dict[str, Any]:
 
 def _card(state: ServerState) -> a.ModelCard:
     return a.ModelCard(
-        id=state.model_id, created=state.created, inputs=state.inputs(), capabilities=state.proofs
+        id=state.model_id,
+        created=state.created,
+        inputs=state.inputs(),
+        capabilities=state.proofs,
+        option=state.option,
     )
 
 

@@ -96,6 +96,7 @@ class ServeOptions:
     declared: tuple[Capability, ...] = ()
     advice: Advice = field(default_factory=Advice)  # what to do, in the caller's words
     unix_socket: Path | None = None  # the same API on a Unix socket too (the snap's)
+    option: str | None = None  # a snap with model options: the one that serves (/v1/models)
 
     def __post_init__(self) -> None:
         if self.serving is not None and self.serving.context_per_slot != self.load.context_size:
@@ -120,6 +121,7 @@ def create_app(
     images: ImagePolicy | None = None,
     loaded: bool = False,
     startup: Startup | None = None,
+    option: str | None = None,
 ) -> FastAPI:
     """Build the app around ``engine`` (an in-process adapter is wrapped in a
     :class:`LocalEngine`); it starts (loads, warms up) in the background at startup and answers
@@ -142,6 +144,7 @@ def create_app(
         metrics,
         max_choices=max_choices,
         images=images or ImagePolicy(),
+        option=option,
     )
     startup = startup or Startup(on_load_error=on_load_error)
     state.advice = startup.advice
@@ -275,6 +278,7 @@ def run(
         metrics=metrics,
         images=options.images,
         startup=startup,
+        option=options.option,
     )
     _serve(app, sockets, options.log_level, on_listening)
 

@@ -52,7 +52,8 @@ def _line(row: dict[str, Any]) -> str:
         return f"{row['path']}: {row['problem']}"
     engine = (row.get("engine") or {}).get("name") or "no engine"
     passed = [n for n, p in (row.get("capabilities") or {}).items() if p.get("passed")]
-    text = f"{row.get('snap')}: {row.get('base-url')} (model {row.get('model')}, {engine}"
+    size = f" size {row['option']}" if row.get("option") else ""  # a ladder's size that serves
+    text = f"{row.get('snap')}: {row.get('base-url')} (model {row.get('model')}{size}, {engine}"
     text += f"; {', '.join(passed) or 'nothing'} proven)"
     outage = row.get("outage")
     if outage:

@@ -98,9 +98,9 @@ def outcome(decision: Decision, near_margin: float = NEAR_LIMIT_MARGIN) -> Profi
     chosen = decision.selected
     if chosen is None:
         return ProfileOutcome(decision, None, no_engine_reasons(decision), False)
-    candidate = decision.candidate(chosen.engine)
-    memory = memory_block(candidate, near_margin)
+    memory = memory_block(decision.winner(), near_margin)
     selected: dict[str, Any] = {
+        **({"option": chosen.option} if chosen.option else {}),  # a ladder's model option
         "engine": chosen.engine,
         "runtime": chosen.runtime,
         "device": chosen.device,
@@ -133,9 +133,10 @@ def memory_block(candidate: Candidate | None, near_margin: float) -> dict[str, A
 
 
 def no_engine_reasons(decision: Decision) -> tuple[str, ...]:
-    """Why nothing fits: each engine's failed requirements, in the manifest's order."""
+    """Why nothing fits: each engine's failed requirements, in the manifest's order (a ladder:
+    on its smallest option, which is why no larger one fits either)."""
     reasons = []
-    for candidate in decision.candidates:
+    for candidate in decision.no_fit_candidates():
         blockers = candidate.blockers or tuple(r for r in candidate.reasons if r)
         reasons.append(f"{candidate.engine}: {'; '.join(blockers) or 'not selected'}")
     if not reasons:

@@ -48,6 +48,26 @@ class NativeSource:
     digest: str
 
 
+@dataclass(frozen=True)
+class BuildStep:
+    """One command of the build, run in the build directory, with the variables it adds."""
+
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+
+
+def build_steps(recipe: NativeBuild, source: Path, install: Path, jobs: int) -> list[BuildStep]:
+    """The commands snapcraft's cmake plugin (craft-parts ``CMakePlugin.get_build_commands``)
+    writes for the recipe's part: configure ``source`` out of tree with the part's generator and
+    ``cmake-parameters``, build with ``jobs`` jobs, install with ``DESTDIR``. A test compares
+    them with the plugin's own commands for the rendered part, so the two cannot drift."""
+    return [
+        BuildStep(("cmake", str(source), "-G", GENERATOR, *recipe.cmake_parameters)),
+        BuildStep(("cmake", "--build", ".", "--", f"-j{jobs}")),
+        BuildStep(("cmake", "--build", ".", "--target", "install"), (("DESTDIR", str(install)),)),
+    ]
+
+
 def native_cache() -> Path:
     """$SNAPBUILD_NATIVE_CACHE, else <snapbuild cache>/native."""
     override = os.environ.get("SNAPBUILD_NATIVE_CACHE")
@@ -93,6 +113,32 @@ def build_key(recipe: NativeBuild, source: NativeSource) -> str:
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def built_before(
+    components: Path, component: str, recipe: NativeBuild, source: NativeSource
+) -> Path | None:
+    """A finished tree of the same build stored under another key: same source archive, same
+    build inputs, the commit written abbreviated in its stamp (``0c1e57098``) where the recipe
+    now gives it in full. One commit, one archive digest: the same tree, so lengthening a pin
+    does not recompile llama.cpp (tens of minutes)."""
+    wanted = built_from(recipe)
+    for stamp in sorted(components.glob(f"{component}-*/{STAMP}")):
+        try:
+            record = json.loads(stamp.read_text(encoding="utf-8"))
+            built = dict(record["recipe"])
+            commit = str(built.pop("source_commit"))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        rest = {k: v for k, v in wanted.items() if k != "source_commit"}
+        if (
+            record.get("source") == source.digest
+            and built == rest
+            and len(commit) >= 7
+            and recipe.source_commit.startswith(commit)
+        ):
+            return stamp.parent
+    return None
+
+
 def fetch_source(requirement: str, cache: Path) -> NativeSource:
     """The llama.cpp tree that the pinned binding's sdist vendors, unpacked once."""
     sdists = cache / "sdist"
@@ -130,6 +176,17 @@ def _unpack_vendored(archive: Path, tree: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def built_component(runtime_id: str, *, cache: Path | None = None) -> Path | None:
+    """The cached tree of ``runtime_id``'s recipe, or None when it was never built."""
+    cache = cache or native_cache()
+    component, recipe, requirement = recipe_for(load_catalog(), runtime_id)
+    source = fetch_source(requirement, cache)
+    root = cache / "components" / f"{component}-{build_key(recipe, source)}"
+    if (root / STAMP).is_file():
+        return root
+    return built_before(cache / "components", component, recipe, source)
+
+
 def build_component(
     runtime_id: str = "llama.cpp-cpu",
     *,
@@ -140,26 +197,27 @@ def build_component(
 ) -> Path:
     """The component tree of ``runtime_id`` built per its recipe; cached, built at most once."""
     cache = cache or native_cache()
+    found = built_component(runtime_id, cache=cache)
+    if found is not None:
+        return found
     component, recipe, requirement = recipe_for(load_catalog(), runtime_id)
     source = fetch_source(requirement, cache)
     root = cache / "components" / f"{component}-{build_key(recipe, source)}"
-    if (root / STAMP).is_file():
-        return root
     work = cache / "work" / root.name
     if progress:
         progress(f"building {component} as its recipe says into {root} (log: {work}/build.log)")
     shutil.rmtree(work, ignore_errors=True)
     build, install = work / "build", work / "install"
     build.mkdir(parents=True)
-    steps = [
-        ["cmake", str(source.tree), "-G", GENERATOR, *recipe.cmake_parameters],
-        ["cmake", "--build", ".", "--", f"-j{jobs or os.cpu_count() or 1}"],
-        ["cmake", "--build", ".", "--target", "install"],
-    ]
-    env = {**os.environ, "DESTDIR": str(install)}
     log = log or work / "build.log"
-    for step in steps:
-        _run(step, what=f"build {component} ({' '.join(step[:3])}...)", cwd=build, env=env, log=log)
+    for step in build_steps(recipe, source.tree, install, jobs or os.cpu_count() or 1):
+        _run(
+            list(step.argv),
+            what=f"build {component} ({' '.join(step.argv[:3])}...)",
+            cwd=build,
+            env={**os.environ, **dict(step.env)},
+            log=log,
+        )
     for path in recipe.remove_after_install:  # the part's override-build does the same
         (install / path).unlink(missing_ok=True)
     missing = ComponentTree(install).problems() if component.startswith("llamacpp") else []

@@ -21,8 +21,8 @@ from snapbuild.selection.conditions import check_architecture, judge_any_of, jud
 from snapbuild.selection.decision import Candidate, DeviceClass, Serving
 from snapbuild.selection.devices import Device, cpu_device, gpu_key, pick_gpu, pick_npu
 from snapbuild.selection.hardware import HardwareTable
-from snapbuild.selection.memory_fit import Fit, fit_memory
-from snapbuild.selection.ranking import Judged
+from snapbuild.selection.memory_fit import fit_memory
+from snapbuild.selection.ranking import Judged, Rung
 from snapbuild.selection.tables import SelectionTables, packaged_tables
 from snapbuild.selection.verdicts import Verdicts
 from snapbuild.selection.vision import missing_inputs
@@ -68,16 +68,22 @@ def judge(
     host: HostProfile,
     include_experimental: bool,
     tables: SelectionTables | None = None,
+    rung: Rung | None = None,
 ) -> Judged:
-    """Every verdict for one engine on one host, under ``tables`` (None: the packaged ones)."""
+    """Every verdict for one engine on one host, under ``tables`` (None: the packaged ones).
+
+    ``manifest`` is a single model (a ladder's option view); ``rung`` places that option in its
+    ladder (None for a single model), whose serving and batching plans are left to
+    :func:`with_plans` (they decide nothing in the ranking, and a ladder plans only the size it
+    runs)."""
     tables = tables or packaged_tables()
     hw = tables.hardware
     entry = tables.catalog.get(engine.runtime)
-    artifact = manifest.artifact(engine.artifact)
+    artifact = manifest.weights(engine)
     v = Verdicts()
     if entry is None:  # the loader rejects this; a hand-built Manifest or catalog may not
         v.fail(f"runtime {engine.runtime!r} is not in the runtime catalog")
-        return _rejected(engine, artifact, engine.runtime, "cpu", v, index, hw)
+        return _rejected(engine, artifact, engine.runtime, "cpu", v, index, hw, rung)
     if engine.experimental and not include_experimental:
         v.fail("experimental: considered only with --experimental")
     check_architecture(
@@ -94,7 +100,7 @@ def judge(
     judge_any_of(v, engine.requires.any_of, host, hw)
     device = _device(host, engine, entry, v, hw)
     if device is None:
-        return _rejected(engine, artifact, entry.id, entry.device, v, index, hw)
+        return _rejected(engine, artifact, entry.id, entry.device, v, index, hw, rung)
     fit = fit_memory(v, manifest, engine, entry, device, host, hw)
     served = tuple(i for i in manifest.engine_inputs(engine) if i in entry.inputs)
     if fit.text_only:
@@ -108,10 +114,6 @@ def judge(
         )
     tps = _tokens_per_second(entry, device, host, artifact.size, hw)
     compatible = not v.blockers
-    serving = _serving(manifest, engine, entry, device, fit, tables.serving) if compatible else None
-    batching = (
-        plan_batching(entry.id, fit.memory, fit.context, tables.batching) if compatible else None
-    )
     cand = _candidate(
         engine,
         artifact,
@@ -123,11 +125,24 @@ def judge(
         context_size=fit.context if compatible else None,
         estimated_tokens_per_second=tps,
         slot=device.slot,
-        serving=serving,
         inputs=served or ("text",),
-        batching=batching,
+        option=rung.name if rung else None,
     )
-    return Judged.under(hw, cand, device.accel, fit.verified, index, v.warnings, missing)
+    if rung is None:
+        cand = with_plans(manifest, cand, tables)
+    return Judged.under(hw, cand, device.accel, fit.verified, index, v.warnings, missing, rung)
+
+
+def with_plans(manifest: Manifest, cand: Candidate, tables: SelectionTables) -> Candidate:
+    """A compatible candidate with how it serves: llama-server's slots and KV type, or the
+    batching plan, in the memory its fit saw (unchanged when incompatible)."""
+    engine = manifest.engine(cand.engine)
+    entry = tables.catalog.get(cand.runtime)
+    if not cand.compatible or engine is None or entry is None:
+        return cand
+    serving = _serving(manifest, engine, entry, cand, tables.serving)
+    batching = plan_batching(entry.id, cand.memory, cand.context_size, tables.batching)
+    return cand.model_copy(update={"serving": serving, "batching": batching})
 
 
 def _device(
@@ -142,25 +157,20 @@ def _device(
 
 
 def _serving(
-    manifest: Manifest,
-    engine: Engine,
-    entry: RuntimeEntry,
-    device: Device,
-    fit: Fit,
-    table: ServingTable,
+    manifest: Manifest, engine: Engine, entry: RuntimeEntry, cand: Candidate, table: ServingTable
 ) -> Serving | None:
     """llama-server's slots and KV type in the memory the fit saw (None: another runtime, or
     no shape facts or context to plan with)."""
     shape = model_shape(manifest, engine)
-    if entry.serving != "llama-server" or shape is None or not fit.context:
+    if entry.serving != "llama-server" or shape is None or not cand.context_size:
         return None
     return plan(
         shape,
-        fit.context,
+        cand.context_size,
         runtime=entry.id,
-        device=device.cls,
-        available=fit.memory.available if fit.memory else None,
-        pool=fit.memory.pool if fit.memory else "ram",
+        device=cand.device,
+        available=cand.memory.available if cand.memory else None,
+        pool=cand.memory.pool if cand.memory else "ram",
         table=table,
     )
 
@@ -191,8 +201,9 @@ def _rejected(
     v: Verdicts,
     index: int,
     hw: HardwareTable,
+    rung: Rung | None,
 ) -> Judged:
     """An engine rejected before its memory could be judged (no runtime, no device)."""
     cls: DeviceClass = device if device in ("gpu", "npu") else "cpu"  # type: ignore[assignment]
-    cand = _candidate(engine, artifact, v, runtime, cls)
-    return Judged.under(hw, cand, "cpu", False, index, v.warnings)
+    cand = _candidate(engine, artifact, v, runtime, cls, option=rung.name if rung else None)
+    return Judged.under(hw, cand, "cpu", False, index, v.warnings, (), rung)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from hwprobe.profile import HostProfile
 from runtimes.catalog import RuntimeEntry
@@ -61,6 +62,7 @@ def _contexts(manifest: Manifest, engine: Engine) -> tuple[int, int]:
     return top, low
 
 
+@lru_cache(maxsize=8192)
 def _required(
     shape: ModelShape | None,
     weights: int,
@@ -71,7 +73,9 @@ def _required(
     extra_compute: int = 0,
 ) -> MemoryEstimate:
     """The peak (a prompt that fills the context) on ``device``, plus the headroom;
-    ``extra_compute``: an image encoder's working set (snapbuild.selection.vision)."""
+    ``extra_compute``: an image encoder's working set (snapbuild.selection.vision). A pure
+    function of the model, never of the host, so it is cached: a fleet plan asks the same
+    questions of every host and of every what-if (a ladder's five sizes many times over)."""
     if shape is None:  # facts too thin: weights and overhead only, said in the reasons
         host = host_overhead(None, family) if pool == "ram" else 0
         overhead = host + device_overhead(device)
@@ -106,7 +110,7 @@ def fit_memory(
     (``hw``: nominal VRAM and vendor names), with every step said in ``v``."""
     shape = model_shape(manifest, engine)
     projector = projector_bytes(manifest, engine)
-    weights = manifest.artifact(engine.artifact).size + projector
+    weights = manifest.weights(engine).size + projector
     vision = vision_compute_bytes(manifest, engine)
     top, low = _contexts(manifest, engine)
     pool, available, label, exact = _pool(device, host, hw)

@@ -104,4 +104,5 @@ def serve_options(
         declared=declared_capabilities(manifest, selected),
         advice=advice or Advice(),
         unix_socket=unix_socket,
+        option=selected.option,
     )

@@ -13,7 +13,7 @@ flash attention, which a quantized V cache needs) when it gives more slots than 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Literal
 
 from pydantic import NonNegativeInt, PositiveInt, model_validator
@@ -98,6 +98,7 @@ def server_run(slots: int, kv_type: KvType, flash_attention: bool) -> LlamaRun:
     )
 
 
+@lru_cache(maxsize=8192)
 def option(
     shape: ModelShape,
     context: int,
@@ -109,7 +110,8 @@ def option(
     pool: Pool = "ram",
 ) -> Option:
     """What ``slots`` sequences of ``context`` tokens need with ``kv_type``, at the peak
-    (llama.cpp's own sizing rules, :mod:`snapbuild.estimate.llama`)."""
+    (llama.cpp's own sizing rules, :mod:`snapbuild.estimate.llama`). Cached: a pure function
+    of the model that every host of a fleet plan asks again."""
     run = server_run(slots, kv_type, flash_attention)
     peak = plan_memory(
         shape, slots * context, device=runtime_device(runtime), pool=pool, run=run
