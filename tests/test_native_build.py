@@ -109,8 +109,8 @@ def running_try(tmp_path: Path, tree: ComponentTree) -> Iterator[tuple[Path, lis
         port = str(sock.getsockname()[1])
     env = {k: v for k, v in os.environ.items() if k != ROOT_VAR}  # found through the venv link
     proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "snapbuild"), "try", "smollm2", "--port", port,
-         "--work-dir", str(work), "--keep-running"],
+        [str(Path(sys.executable).parent / "snapbuild"), "try", "smollm2", "--as", "trial",
+         "--port", port, "--work-dir", str(work), "--keep-running"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )  # fmt: skip
     lines: list[str] = []

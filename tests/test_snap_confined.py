@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -230,3 +232,26 @@ def test_the_install_hook_needs_no_inet_socket(tmp_path: Path) -> None:
         assert result.returncode == 0, result
         assert "Traceback" not in result.stderr and "internal error" not in result.stderr
         assert run.snapctl("get", "port").stdout.strip() == "8326"  # the manifest's, unchecked
+
+
+def test_snapbuild_try_runs_the_packed_snap(tmp_path: Path) -> None:
+    """`snapbuild try` (and so `make demo`) installs what users install where it can: the
+    packed snap run as snapd runs it, then one question through the snap's own `chat`."""
+    harness_or_skip()
+    pack_or_skip("smollm2", tmp_path / "warm")  # skips where packing cannot run
+    snapbuild = Path(sys.executable).parent / "snapbuild"
+    command = [str(snapbuild), "try", "smollm2", "--as", "snapd", "--work-dir", str(tmp_path / "w")]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    out = proc.stdout
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Installing smollm2_1.0_amd64.snap as snapd runs it" in out
+    assert "Ran the install hook ($SNAP/meta/hooks/install) as snapd runs it" in out
+    assert "TRIAL" not in out
+    answer = next(line for line in out.splitlines() if line.startswith("smollm2: "))
+    assert len(answer) > len("smollm2: ")
+    packed = sorted(p.name for p in (tmp_path / "w" / "out").iterdir())
+    assert packed == [
+        "smollm2+llamacpp-cpu.comp",
+        "smollm2+smollm2-q4-1.comp",
+        "smollm2_1.0_amd64.snap",
+    ]

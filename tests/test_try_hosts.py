@@ -65,6 +65,8 @@ def test_nothing_fits_installs_nothing_and_says_why(
             str(Path(sys.executable).parent / "snapbuild"),
             "try",
             str(manifest),
+            "--as",
+            "trial",
             "--work-dir",
             str(work),
         ],

@@ -84,7 +84,17 @@ def tried(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Trial, str
     subprocess.run([*new, "-o", str(manifest)], check=True, capture_output=True, timeout=120)
     work = tmp_path_factory.mktemp("try") / NAME
     port = free_port()
-    try_it = [SNAPBUILD, "try", str(manifest), "--work-dir", str(work), "--port", str(port)]
+    try_it = [
+        SNAPBUILD,
+        "try",
+        str(manifest),
+        "--as",
+        "trial",
+        "--work-dir",
+        str(work),
+        "--port",
+        str(port),
+    ]
     proc = subprocess.run(try_it, capture_output=True, text=True, timeout=300, check=False)
     trial = Trial(work=work, name=NAME)
     try:

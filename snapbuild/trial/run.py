@@ -190,7 +190,7 @@ def run_trial(
         if keep_running:
             echo("The server keeps running; press Ctrl-C to stop it.")
             try:
-                _wait_forever()
+                wait_forever()
             except KeyboardInterrupt:
                 echo("Stopping the server.")
     return result
@@ -231,7 +231,7 @@ def _stopping(trial: Trial) -> Iterator[None]:
         trial.stop()
 
 
-def _wait_forever() -> None:
+def wait_forever() -> None:
     """Sleep until Ctrl-C or SIGTERM (both end as KeyboardInterrupt, so the server stops)."""
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
