@@ -15,6 +15,7 @@ from hwprobe.npu import accel_nodes, npu_facts
 from hwprobe.nvidia import NvmlQuery, gather_answers, nvidia_facts
 from hwprobe.pci import Classified, PciScan, classify, display_facts, render_nodes, scan_pci
 from hwprobe.profile import DisplayFacts, GpuFacts, HostProfile, NpuFacts
+from hwprobe.vulkan import probe_vulkan
 
 
 def probe_hostname(fs: RootFS) -> str | None:
@@ -112,6 +113,7 @@ def probe_host(
     memory = probe_memory(fs)
     disk = probe_disk(fs, disk_path)
     gpus, npus, displays = probe_devices(fs, nvml)
+    vulkan = probe_vulkan(fs)  # software Vulkan devices (lavapipe) are reported here, never as GPUs
     runtime_facts = None
     if runtimes:
         from hwprobe.runtime_support import probe_runtimes
@@ -125,6 +127,7 @@ def probe_host(
         gpus=gpus,
         npus=npus,
         displays=displays,
+        vulkan=vulkan,
         runtimes=runtime_facts,
         warnings=tuple(fs.warnings),
     )
