@@ -263,6 +263,7 @@ def _run(ctx: Context) -> None:
         cors_origins=settings.origins(),
         images=ImagePolicy(remote_urls=settings.remote_images == "true"),
         memory=memory,
+        machine=host,
     )
     serve(
         options,

@@ -174,7 +174,7 @@ def plan(
                     resolution=f"Use `{ctx.env.name} use-engine {settings.engine} --force` to "
                     "insist, or leave the engine unset for automatic selection.",
                 )
-            decision = forced_selection(decision, settings.engine)
+            decision = forced_selection(decision, settings.engine, ctx.manifest)
             new_state.forced = True
         settings = ctx.settings(dict(stored), decision)
     candidate = None if (new_state and new_state.forced) else candidate_for(decision)

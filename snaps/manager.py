@@ -169,8 +169,11 @@ def select(
     return run_selector(cpu_only(manifest) if only_cpu else manifest, host, engine=engine)
 
 
-def forced_selection(decision: Decision, engine: str) -> Decision:
-    """A decision whose winner is ``engine`` even though the selector rejected it (--force)."""
+def forced_selection(decision: Decision, engine: str, manifest: Manifest | None = None) -> Decision:
+    """A decision whose winner is ``engine`` even though the selector rejected it (--force);
+    with the ``manifest``, llama-server's slots are planned in the memory the selector saw."""
+    from snapbuild.serving.plan import forced_plan
+
     cand = decision.candidate(engine)
     if cand is None:
         raise UsageError(f"engine {engine!r} is not in this snap")
@@ -184,6 +187,7 @@ def forced_selection(decision: Decision, engine: str) -> Decision:
         quantization=cand.quantization,
         slot=cand.slot,
         why="forced by the user (`use-engine --force`) despite: " + "; ".join(cand.blockers),
+        serving=forced_plan(manifest, cand) if manifest is not None else None,
     )
     return decision.model_copy(update={"selected": selected})
 

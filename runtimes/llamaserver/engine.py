@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from functools import cached_property
@@ -32,6 +33,7 @@ from runtimes.gateway.errors import ApiError
 from runtimes.gateway.metrics import Metrics, parse_prometheus, slot_figures
 from runtimes.gateway.sse import DONE, HEAD_GRACE_S, event, streaming
 from runtimes.llamaserver import toolcalls
+from runtimes.llamaserver.offload import OffloadReport, read_report, usable
 from runtimes.llamaserver.relay import Relay, fix_whole, upstream_error
 from runtimes.llamaserver.supervisor import (
     ServerBinary,
@@ -93,6 +95,7 @@ class LlamaServerEngine:
         self.counts = {"completed": 0, "cancelled": 0, "failed": 0}
         self.active = 0
         self.native_tools = False  # whether the chat template renders tools (llama-server /props)
+        self.offload: OffloadReport | None = None  # where llama-server's log says the model went
         self._live: dict[str, float] = {}
         metrics.sources.append(lambda: dict(self._live))
 
@@ -112,15 +115,28 @@ class LlamaServerEngine:
             self._server = find_server(self.options.llama_root, self.options.llama_server)
         return self._server
 
+    def _on_device(
+        self, server: ServerBinary, config: ServingConfig
+    ) -> tuple[ServingConfig, dict[str, str]]:
+        """``config`` held to the GPU engine's one device when the component carries its backend
+        module (else a note: a CPU build stands in), and the child's environment
+        (:mod:`runtimes.llamaserver.offload`)."""
+        offload, note = usable(self.config.offload, server.binary.parent)
+        if note and note not in self.notes:
+            self.notes.append(note)
+        env = offload.environment(server.env()) if offload else server.env()
+        return dataclasses.replace(config, offload=offload), env
+
     def _supervisor(self, config: ServingConfig, *, embeddings: bool) -> Supervisor:
         server = self._binary()
-        model, device = self.options.artifact, self.options.device
+        model, device = self.options.artifact.absolute(), self.options.device
+        config, env = self._on_device(server, config)
 
         choice = self.template
         # the GGUF's own template needs nothing; the manifest's or the model family's is handed
         # to llama-server, whose built-in fallback (ChatML) would leak its markers into answers
         template = choice.template if choice and choice.source != "gguf" else None
-        projector = self.options.projector
+        projector = self.options.projector.absolute() if self.options.projector else None
 
         def command(socket: str) -> list[str]:
             args = server_command(
@@ -136,9 +152,10 @@ class LlamaServerEngine:
 
         return Supervisor(
             command,
-            server.env(),
+            env,
             warm_up=warm_embeddings if embeddings else warm_chat,
             name="llama-server (embeddings)" if embeddings else "llama-server",
+            cwd=server.binary.parent,
         )
 
     async def start(self) -> None:
@@ -158,6 +175,7 @@ class LlamaServerEngine:
         self.main.start()
         await self.main.first_attempt.wait()
         if self.main.ready.is_set():
+            self.offload = read_report(self.main.state.log) if self.config.offload else None
             self.native_tools = await native_tools(self.main.client)
             if not self.native_tools:
                 self.notes.append(
@@ -218,6 +236,11 @@ class LlamaServerEngine:
             "projector": str(self.options.projector) if self.options.projector else None,
             "notes": list(self.notes),
         }
+        if self.config.offload is not None:  # the device chosen, and where the model went
+            info["offload"] = {
+                **self.config.offload.to_data(),
+                "report": self.offload.to_data() if self.offload else None,
+            }
         if self.main is not None:
             info["child"] = {**self.main.state.to_data(), "pid": self.main.pid}
         return info

@@ -34,6 +34,7 @@ import httpx
 
 from runtimes.component_tree import ROOT_VAR, ComponentTree, component_root
 from runtimes.engine import RuntimeFailure
+from runtimes.llamaserver.offload import DeviceChoice
 
 log = logging.getLogger("snapbuild.runtimes.llamaserver")
 
@@ -108,6 +109,7 @@ class ServingConfig:
     threads: int | None = None
     gpu_layers: int | None = None  # None: none on CPU engines, all on GPU engines
     batch_size: int | None = None  # logical and physical batch (embeddings need the whole input)
+    offload: DeviceChoice | None = None  # GPU engines: the one device to compute on
 
 
 def from_plan(plan: Any, threads: int | None = None) -> ServingConfig:
@@ -162,6 +164,8 @@ def server_command(
     ]
     if device == "gpu" or config.gpu_layers is not None:
         args += ["--gpu-layers", str(_gpu_layers(config, device))]
+    if config.offload is not None:  # that device or a failed start, never the CPU by accident
+        args += ["--device", config.offload.device]
     if config.threads:
         args += ["--threads", str(config.threads), "--threads-batch", str(config.threads)]
     if config.batch_size:
@@ -229,9 +233,11 @@ class Supervisor:
         name: str = "llama-server",
         health_timeout: float = HEALTH_TIMEOUT_S,
         backoff: Sequence[float] = BACKOFF_S,
+        cwd: Path | None = None,
     ) -> None:
         self._command = command
         self._env = env
+        self._cwd = cwd  # ggml loads backend modules from the binary's folder and from here
         self._warm_up = warm_up
         self.name = name
         self.health_timeout = health_timeout
@@ -324,6 +330,7 @@ class Supervisor:
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,
                 preexec_fn=_die_with_parent,
+                cwd=self._cwd,
             )
         except OSError as exc:
             self.state.last_exit = f"could not start: {exc}"

@@ -132,6 +132,7 @@ def serve_cmd(
         port=port,
         llama_root=llama_root,
         memory=memory,
+        machine=profile,
     )
     run(options, on_listening=listening)
 

@@ -30,6 +30,8 @@ from snapbuild.selection.vision import projector_bytes, vision_compute_bytes
 def _pool(device: Device, host: HostProfile) -> tuple[str, int | None, str, bool]:
     """(pool, available bytes, label, exact) of the memory the engine draws from. ``exact`` is
     False when the figure is an upper bound (total RAM because available was not reported)."""
+    if device.vulkan is not None:  # a software Vulkan device (forced only): what it reports
+        return "vram", device.vulkan.memory, f"{device.vulkan.name} device memory", True
     if device.accel == "gpu-discrete" and device.gpu is not None:
         have, source = vram(device.gpu)
         label = f"{vendor_name(device.vendor)} VRAM"

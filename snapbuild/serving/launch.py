@@ -16,13 +16,15 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
+from hwprobe.profile import HostProfile
 from runtimes.engine import LoadOptions
 from runtimes.gateway.images import ImagePolicy
 from runtimes.gateway.server import ServeOptions
-from runtimes.llamaserver.supervisor import from_plan
+from runtimes.llamaserver.supervisor import ServingConfig, from_plan
 from snapbuild.manifest.model import Manifest
 from snapbuild.selection.decision import MemoryEstimate, Selected
 from snapbuild.serving.batching import load_options
+from snapbuild.serving.offload import device_choice
 from snapbuild.serving.plan import serving_plan
 from snapcommon.errors import UsageError
 
@@ -51,13 +53,16 @@ def serve_options(
     cors_origins: Sequence[str] | None = None,
     images: ImagePolicy | None = None,
     memory: MemoryEstimate | None = None,
+    machine: HostProfile | None = None,
 ) -> ServeOptions:
     """Serve ``selected`` (an engine of ``manifest``) from ``artifact`` (and its ``projector``).
 
     ``context_size``, ``threads`` and ``slots`` are the operator's overrides (None: the
     Decision's, the runtime's default threads). ``port``: None for the manifest's default port,
     ``"auto"`` for the first free one from it up. ``memory``: the winner's memory estimate
-    (its Candidate's), for planning the slots again at an operator's context.
+    (its Candidate's), for planning the slots again at an operator's context. ``machine``: the
+    host profile, to name a GPU engine's device as its backend counts
+    (:mod:`snapbuild.serving.offload`).
     """
     engine = manifest.engine(selected.engine)
     if engine is None:
@@ -71,6 +76,10 @@ def serve_options(
     if planned is not None:
         serving = from_plan(planned, threads)
         serving = dataclasses.replace(serving, slots=slots or serving.slots)
+    choice = device_choice(engine.runtime, selected, machine)
+    if choice is not None:  # a GPU engine: llama-server is held to the selector's device
+        base = serving or ServingConfig(context_per_slot=context, threads=threads)
+        serving = dataclasses.replace(base, offload=choice)
     if port is None:
         port = manifest.default_port
     elif port == "auto":
