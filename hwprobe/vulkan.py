@@ -128,11 +128,14 @@ def device_facts(entry: Mapping[str, Any]) -> VulkanDeviceFacts:
     )
 
 
-def query_live() -> dict[str, Any]:
-    """Run :mod:`hwprobe.vulkan_query` in an isolated child; its answer or an error."""
+def query_live(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Run :mod:`hwprobe.vulkan_query` in an isolated child (in ``environ``, default this
+    process's: the loader reads the same variables as the manifests did); its answer or an
+    error."""
     try:
         done = subprocess.run(
             [sys.executable, "-I", "-S", str(QUERY)],
+            env=dict(os.environ if environ is None else environ),
             capture_output=True,
             text=True,
             timeout=QUERY_TIMEOUT_S,
@@ -179,7 +182,7 @@ def devices_from(fs: RootFS, answer: Mapping[str, Any]) -> tuple[VulkanDeviceFac
 def probe_vulkan(fs: RootFS, environ: Mapping[str, str] | None = None) -> VulkanFacts | None:
     """The drivers, and the devices when enumerated; None when the machine shows no Vulkan."""
     drivers = tuple(d for p in icd_paths(fs, environ) if (d := read_driver(fs, p)))
-    answer = read_answer(fs) if not fs.is_live else (query_live() if drivers else None)
+    answer = read_answer(fs) if not fs.is_live else (query_live(environ) if drivers else None)
     if not drivers and answer is None:
         return None
     devices = devices_from(fs, answer) if answer is not None else None

@@ -14,6 +14,11 @@ reachable where git hosts are not. Builds are cached under a key made of the rec
 archive's digest and the machine, so a second ``make install`` or CI run finds the tree ready;
 the venv then links to it (``<venv>/lib/snapbuild-native/<component>``), which is where
 :func:`runtimes.component_tree.dev_component_root` looks.
+
+Where this machine's apt lacks a recipe's build-package (Debian 12 here: Vulkan headers too old
+for the pinned llama.cpp, no CUDA toolkit), :mod:`snapbuild.recipes.toolkits` fetches the stand-in
+its table names; ``--define NAME=VALUE`` adds a cmake definition of the build machine's (one CUDA
+architecture, say). Both join the cache key and the stamp; the recipe itself is never changed.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from pathlib import Path
 from runtimes.catalog import NativeBuild, RuntimeCatalog, load_catalog
 from runtimes.component_tree import LINK_DIR, ComponentTree
 from snapbuild.paths import cache_dir
+from snapbuild.recipes.toolkits import Prepared, needed, prepare, toolkit_for
 from snapcommon.errors import SnapbuildError, UsageError
 
 GENERATOR = "Unix Makefiles"  # snapcraft's cmake plugin default (cmake-generator unset)
@@ -82,15 +88,38 @@ def built_from(recipe: NativeBuild) -> dict[str, object]:
     return recipe.model_dump(mode="json", include=fields)
 
 
-def build_key(recipe: NativeBuild, source: NativeSource) -> str:
-    """What a cached tree depends on: the recipe's build inputs, the source archive, the machine."""
-    facts = {
+def build_key(
+    recipe: NativeBuild, source: NativeSource, machine: dict[str, object] | None = None
+) -> str:
+    """What a cached tree depends on: the recipe's build inputs, the source archive, the machine
+    (and ``machine``: a toolkit stand-in's pins and extra definitions, when there are any)."""
+    facts: dict[str, object] = {
         "recipe": built_from(recipe),
         "source": source.digest,
         "generator": GENERATOR,
         "machine": platform.machine(),
     }
+    facts.update(machine or {})
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def machine_inputs(toolkit: Prepared | None, defines: tuple[str, ...]) -> dict[str, object]:
+    """The build machine's own inputs (empty for a plain build, so its key is unchanged)."""
+    found: dict[str, object] = {}
+    if toolkit is not None:
+        found["toolkit"] = toolkit.identity
+    if defines:
+        found["defines"] = list(defines)
+    return found
+
+
+def backend_problems(runtime_id: str, install: Path) -> list[str]:
+    """What a GPU runtime's tree lacks: its GGML backend module beside llama-server."""
+    entry = load_catalog().get(runtime_id)
+    if entry is None or entry.offload is None:
+        return []
+    module = install / "usr" / "bin" / entry.offload.module
+    return [] if module.is_file() else [f"{module} (the {entry.offload.backend} backend)"]
 
 
 def fetch_source(requirement: str, cache: Path) -> NativeSource:
@@ -137,12 +166,17 @@ def build_component(
     jobs: int | None = None,
     log: Path | None = None,
     progress: Callable[[str], None] | None = None,
+    defines: tuple[str, ...] = (),
 ) -> Path:
-    """The component tree of ``runtime_id`` built per its recipe; cached, built at most once."""
+    """The component tree of ``runtime_id`` built per its recipe; cached, built at most once.
+    ``defines``: the build machine's own cmake definitions (``NAME=VALUE``), after the recipe's."""
     cache = cache or native_cache()
     component, recipe, requirement = recipe_for(load_catalog(), runtime_id)
     source = fetch_source(requirement, cache)
-    root = cache / "components" / f"{component}-{build_key(recipe, source)}"
+    stand_in = toolkit_for(runtime_id)
+    toolkit = prepare(stand_in, cache) if stand_in is not None and needed(stand_in) else None
+    machine = machine_inputs(toolkit, defines)
+    root = cache / "components" / f"{component}-{build_key(recipe, source, machine)}"
     if (root / STAMP).is_file():
         return root
     work = cache / "work" / root.name
@@ -151,18 +185,20 @@ def build_component(
     shutil.rmtree(work, ignore_errors=True)
     build, install = work / "build", work / "install"
     build.mkdir(parents=True)
+    extra = (*(toolkit.cmake_parameters if toolkit else ()), *(f"-D{d}" for d in defines))
     steps = [
-        ["cmake", str(source.tree), "-G", GENERATOR, *recipe.cmake_parameters],
+        ["cmake", str(source.tree), "-G", GENERATOR, *recipe.cmake_parameters, *extra],
         ["cmake", "--build", ".", "--", f"-j{jobs or os.cpu_count() or 1}"],
         ["cmake", "--build", ".", "--target", "install"],
     ]
-    env = {**os.environ, "DESTDIR": str(install)}
+    env = {**os.environ, **(toolkit.environment if toolkit else {}), "DESTDIR": str(install)}
     log = log or work / "build.log"
     for step in steps:
         _run(step, what=f"build {component} ({' '.join(step[:3])}...)", cwd=build, env=env, log=log)
     for path in recipe.remove_after_install:  # the part's override-build does the same
         (install / path).unlink(missing_ok=True)
     missing = ComponentTree(install).problems() if component.startswith("llamacpp") else []
+    missing += backend_problems(runtime_id, install)
     if missing:
         raise SnapbuildError(
             f"{component} built, but not laid out as the loader expects "
@@ -174,6 +210,7 @@ def build_component(
         "runtime": runtime_id,
         "recipe": built_from(recipe),
         "source": source.digest,
+        **machine,
     }
     (install / STAMP).write_text(json.dumps(stamp, indent=2) + "\n", encoding="utf-8")
     root.parent.mkdir(parents=True, exist_ok=True)
@@ -223,6 +260,16 @@ def _run(
         )
 
 
+def _define(text: str) -> str:
+    name, sep, _ = text.partition("=")
+    if not sep or not name or not name.replace("_", "").isalnum():
+        raise UsageError(
+            f"--define {text!r} is not NAME=VALUE",
+            resolution="e.g. --define CMAKE_CUDA_ARCHITECTURES=90-real",
+        )
+    return text
+
+
 def _note(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -236,9 +283,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runtime", nargs="?", default="llama.cpp-cpu")
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--no-link", action="store_true", help="do not link it into this venv")
+    parser.add_argument(
+        "--define",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a cmake definition of this build machine's, after the recipe's (cached apart)",
+    )
     args = parser.parse_args(argv)
     try:
-        root = build_component(args.runtime, jobs=args.jobs, progress=_note)
+        defines = tuple(_define(d) for d in args.define)
+        root = build_component(args.runtime, jobs=args.jobs, progress=_note, defines=defines)
         if not args.no_link:
             component, _, _ = recipe_for(load_catalog(), args.runtime)
             link_into_venv(component, root)

@@ -94,7 +94,9 @@ def prepare(
     skeleton = check_skeleton(trial.prime)
     echo(f"snap pack --check-skeleton: {skeleton}")
     write_commands(trial)
-    usable = [c.engine for c in decision.candidates if c.compatible]
+    # every engine whose files are here, as the Store offers every component: an operator may
+    # force one the selector rejects (`use-engine E --force`), e.g. Vulkan on lavapipe
+    usable = [c.engine for c in decision.candidates]
     missing = stage_components(trial, manifest, usable, snapcraft)
     if decision.selected and any(m.engine == decision.selected.engine for m in missing):
         raise TrialError(
