@@ -15,7 +15,7 @@ from hwprobe.profile import HostProfile
 from hwprobe.replay import probe_from_environ
 from runtimes.catalog import load_catalog
 from snapbuild.manifest.model import Manifest
-from snapbuild.selection.decision import Candidate, Decision, Selected
+from snapbuild.selection.decision import Candidate, Decision
 from snapcommon.errors import SnapbuildError, UsageError
 from snapcommon.files import write_atomically as _atomic_write
 from snaps import config
@@ -172,24 +172,11 @@ def select(
 def forced_selection(decision: Decision, engine: str, manifest: Manifest | None = None) -> Decision:
     """A decision whose winner is ``engine`` even though the selector rejected it (--force);
     with the ``manifest``, llama-server's slots are planned in the memory the selector saw."""
-    from snapbuild.serving.plan import forced_plan
+    from snapbuild.selection.forced import forced
 
-    cand = decision.candidate(engine)
-    if cand is None:
+    if decision.candidate(engine) is None:
         raise UsageError(f"engine {engine!r} is not in this snap")
-    selected = Selected(
-        engine=cand.engine,
-        runtime=cand.runtime,
-        device=cand.device,
-        vendor=cand.vendor,
-        context_size=cand.context_size or (cand.memory.context_size if cand.memory else 2048),
-        artifact=cand.artifact,
-        quantization=cand.quantization,
-        slot=cand.slot,
-        why="forced by the user (`use-engine --force`) despite: " + "; ".join(cand.blockers),
-        serving=forced_plan(manifest, cand) if manifest is not None else None,
-    )
-    return decision.model_copy(update={"selected": selected})
+    return forced(decision, engine, manifest, how="`use-engine --force`")
 
 
 def components_for(manifest: Manifest, engine: str) -> list[str]:

@@ -27,19 +27,25 @@ def _port(value: str) -> int | str:
 
 
 def _choose_engine(
-    manifest: Manifest, host: HostProfile, engine: str | None
+    manifest: Manifest, host: HostProfile, engine: str | None, force: bool = False
 ) -> tuple[Selected, MemoryEstimate | None]:
-    """The selector's choice (or ``engine``, when it is compatible): the engine, the context it
-    chose, its serving configuration and batching plan, the inputs it serves; and its memory
-    estimate (for planning the slots again at an operator's context)."""
+    """The selector's choice (or ``engine``, when it is compatible, or whatever the selector
+    says of it with ``force``): the engine, the context it chose, its serving configuration and
+    batching plan, the inputs it serves; and its memory estimate (for planning the slots again
+    at an operator's context)."""
+    from snapbuild.selection.forced import forced
     from snapbuild.selection.selector import select
 
+    if force and engine is None:
+        raise UsageError("--force needs --engine", resolution="e.g. --engine vulkan --force")
     if engine is not None and manifest.engine(engine) is None:
         raise UsageError(
             f"the manifest {manifest.name!r} has no engine {engine!r}",
             resolution="use one of: " + ", ".join(e.name for e in manifest.engines),
         )
     decision = select(manifest, host, engine=engine)
+    if force and engine and (decision.selected is None or decision.selected.engine != engine):
+        decision = forced(decision, engine, manifest, how="`snapbuild serve --force`")
     if decision.selected is None:
         blockers = [
             f"{c.engine}: {'; '.join(c.blockers) or 'not compatible'}" for c in decision.candidates
@@ -56,6 +62,11 @@ def _choose_engine(
 @click.command("serve")
 @click.argument("model")
 @click.option("--engine", "engine", default=None, help="Serve this engine instead of selecting.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Serve --engine even where the selector rejects it (e.g. Vulkan on lavapipe).",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
     "--port",
@@ -80,6 +91,7 @@ def _choose_engine(
 def serve_cmd(
     model: str,
     engine: str | None,
+    force: bool,
     host: str,
     port_text: str | None,
     context_size: int | None,
@@ -97,7 +109,7 @@ def serve_cmd(
     manifest = load_manifest(model)
     port = _port(port_text) if port_text else None
     profile = hwprobe.probe()
-    selected, memory = _choose_engine(manifest, profile, engine)
+    selected, memory = _choose_engine(manifest, profile, engine, force)
     chosen = manifest.engine(selected.engine)
     assert chosen is not None
     found: list[Path] = []

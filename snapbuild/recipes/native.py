@@ -39,7 +39,7 @@ from pathlib import Path
 from runtimes.catalog import NativeBuild, RuntimeCatalog, load_catalog
 from runtimes.component_tree import LINK_DIR, ComponentTree
 from snapbuild.paths import cache_dir
-from snapbuild.recipes.toolkits import Prepared, needed, prepare, toolkit_for
+from snapbuild.recipes.toolkits import Prepared, Toolkit, needed, prepare, toolkit_for
 from snapcommon.errors import SnapbuildError, UsageError
 
 GENERATOR = "Unix Makefiles"  # snapcraft's cmake plugin default (cmake-generator unset)
@@ -103,11 +103,11 @@ def build_key(
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def machine_inputs(toolkit: Prepared | None, defines: tuple[str, ...]) -> dict[str, object]:
+def machine_inputs(toolkit: Toolkit | None, defines: tuple[str, ...]) -> dict[str, object]:
     """The build machine's own inputs (empty for a plain build, so its key is unchanged)."""
     found: dict[str, object] = {}
     if toolkit is not None:
-        found["toolkit"] = toolkit.identity
+        found["toolkit"] = ", ".join(toolkit.pins)
     if defines:
         found["defines"] = list(defines)
     return found
@@ -159,6 +159,39 @@ def _unpack_vendored(archive: Path, tree: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class Planned:
+    """Where a runtime's tree is (or will be) cached, and what building it takes."""
+
+    runtime: str
+    component: str
+    recipe: NativeBuild
+    source: NativeSource
+    toolkit: Toolkit | None  # a stand-in for a build-package this machine lacks
+    defines: tuple[str, ...]
+    root: Path
+
+    @property
+    def built(self) -> bool:
+        """Whether the cache holds the tree already."""
+        return (self.root / STAMP).is_file()
+
+
+def plan_build(
+    runtime_id: str = "llama.cpp-cpu", *, cache: Path | None = None, defines: tuple[str, ...] = ()
+) -> Planned:
+    """The cached tree's place for ``runtime_id`` on this machine, without building anything
+    (the source archive is fetched once; a toolkit stand-in only later, when it builds)."""
+    cache = cache or native_cache()
+    component, recipe, requirement = recipe_for(load_catalog(), runtime_id)
+    source = fetch_source(requirement, cache)
+    stand_in = toolkit_for(runtime_id)
+    toolkit = stand_in if stand_in is not None and needed(stand_in) else None
+    key = build_key(recipe, source, machine_inputs(toolkit, defines))
+    root = cache / "components" / f"{component}-{key}"
+    return Planned(runtime_id, component, recipe, source, toolkit, defines, root)
+
+
 def build_component(
     runtime_id: str = "llama.cpp-cpu",
     *,
@@ -171,34 +204,46 @@ def build_component(
     """The component tree of ``runtime_id`` built per its recipe; cached, built at most once.
     ``defines``: the build machine's own cmake definitions (``NAME=VALUE``), after the recipe's."""
     cache = cache or native_cache()
-    component, recipe, requirement = recipe_for(load_catalog(), runtime_id)
-    source = fetch_source(requirement, cache)
-    stand_in = toolkit_for(runtime_id)
-    toolkit = prepare(stand_in, cache) if stand_in is not None and needed(stand_in) else None
-    machine = machine_inputs(toolkit, defines)
-    root = cache / "components" / f"{component}-{build_key(recipe, source, machine)}"
-    if (root / STAMP).is_file():
-        return root
-    work = cache / "work" / root.name
+    planned = plan_build(runtime_id, cache=cache, defines=defines)
+    if planned.built:
+        return planned.root
+    work = cache / "work" / planned.root.name
     if progress:
-        progress(f"building {component} as its recipe says into {root} (log: {work}/build.log)")
+        progress(
+            f"building {planned.component} as its recipe says into {planned.root} "
+            f"(log: {work}/build.log)"
+        )
+    toolkit = prepare(planned.toolkit, cache) if planned.toolkit else None
+    install = _build(planned, toolkit, work, jobs, log or work / "build.log")
+    planned.root.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(planned.root, ignore_errors=True)
+    os.replace(install, planned.root)
+    shutil.rmtree(work, ignore_errors=True)
+    return planned.root
+
+
+def _build(
+    planned: Planned, toolkit: Prepared | None, work: Path, jobs: int | None, log: Path
+) -> Path:
+    """Configure, build and install into ``work/install`` as snapcraft's cmake plugin would,
+    then check the layout and stamp it; the installed tree."""
     shutil.rmtree(work, ignore_errors=True)
     build, install = work / "build", work / "install"
     build.mkdir(parents=True)
-    extra = (*(toolkit.cmake_parameters if toolkit else ()), *(f"-D{d}" for d in defines))
+    recipe, component = planned.recipe, planned.component
+    extra = (*(toolkit.cmake_parameters if toolkit else ()), *(f"-D{d}" for d in planned.defines))
     steps = [
-        ["cmake", str(source.tree), "-G", GENERATOR, *recipe.cmake_parameters, *extra],
+        ["cmake", str(planned.source.tree), "-G", GENERATOR, *recipe.cmake_parameters, *extra],
         ["cmake", "--build", ".", "--", f"-j{jobs or os.cpu_count() or 1}"],
         ["cmake", "--build", ".", "--target", "install"],
     ]
     env = {**os.environ, **(toolkit.environment if toolkit else {}), "DESTDIR": str(install)}
-    log = log or work / "build.log"
     for step in steps:
         _run(step, what=f"build {component} ({' '.join(step[:3])}...)", cwd=build, env=env, log=log)
     for path in recipe.remove_after_install:  # the part's override-build does the same
         (install / path).unlink(missing_ok=True)
     missing = ComponentTree(install).problems() if component.startswith("llamacpp") else []
-    missing += backend_problems(runtime_id, install)
+    missing += backend_problems(planned.runtime, install)
     if missing:
         raise SnapbuildError(
             f"{component} built, but not laid out as the loader expects "
@@ -207,17 +252,13 @@ def build_component(
             resolution="fix the recipe's install directories (cmake-parameters) and rebuild",
         )
     stamp = {
-        "runtime": runtime_id,
+        "runtime": planned.runtime,
         "recipe": built_from(recipe),
-        "source": source.digest,
-        **machine,
+        "source": planned.source.digest,
+        **machine_inputs(planned.toolkit, planned.defines),
     }
     (install / STAMP).write_text(json.dumps(stamp, indent=2) + "\n", encoding="utf-8")
-    root.parent.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(root, ignore_errors=True)
-    os.replace(install, root)
-    shutil.rmtree(work, ignore_errors=True)
-    return root
+    return install
 
 
 def link_into_venv(component: str, root: Path, prefix: Path | None = None) -> Path:

@@ -37,6 +37,7 @@ class NeededWhen(KebabModel):
     header: str | None = None
     header_lacks: str | None = None
     command_missing: str | None = None
+    headers_absent: tuple[str, ...] = ()  # needed when none of these exists
 
 
 class DebianSource(KebabModel):
@@ -114,6 +115,8 @@ def needed(toolkit: Toolkit) -> bool:
     """Whether this machine lacks the build-package the toolkit stands in for."""
     when = toolkit.needed_when
     if when.command_missing and shutil.which(when.command_missing) is None:
+        return True
+    if when.headers_absent and not any(Path(h).is_file() for h in when.headers_absent):
         return True
     if when.header and when.header_lacks:
         header = Path(when.header)
