@@ -126,7 +126,7 @@ def test_the_vulkan_recipe_builds_with_its_backend_beside_llama_server(
 ) -> None:
     stamp = json.loads((vulkan_tree.root / "snapbuild-native.json").read_text())
     assert stamp["runtime"] == "llama.cpp-vulkan"
-    assert "-DGGML_VULKAN=ON" in stamp["recipe"]["cmake-parameters"]
+    assert "-DGGML_VULKAN=ON" in stamp["recipe"]["cmake_parameters"]
     assert vulkan_tree.problems() == []
     assert (vulkan_tree.bin_dir / "libggml-vulkan.so").is_file()
     assert (vulkan_tree.bin_dir / "libggml-cpu.so").is_file()  # the CPU module, for what stays

@@ -165,7 +165,9 @@ def server_command(
     if device == "gpu" or config.gpu_layers is not None:
         args += ["--gpu-layers", str(_gpu_layers(config, device))]
     if config.offload is not None:  # that device or a failed start, never the CPU by accident
-        args += ["--device", config.offload.device]
+        # verbosity 4 adds llama.cpp's own load lines (device used, layers offloaded, buffers:
+        # runtimes.llamaserver.offload reads them) and about 30 lines per request, not per token
+        args += ["--device", config.offload.device, "--log-verbosity", "4"]
     if config.threads:
         args += ["--threads", str(config.threads), "--threads-batch", str(config.threads)]
     if config.batch_size:

@@ -135,11 +135,16 @@ def fetch_source(requirement: str, cache: Path) -> NativeSource:
             what=f"download the {requirement} source archive",
             fix="check that PyPI is reachable (pip config) and the pin exists",
         )  # fmt: skip
-    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    digest = archive_digest(archive)
     tree = cache / "src" / digest[:16] / "llama.cpp"
     if not (tree / "CMakeLists.txt").is_file():
         _unpack_vendored(archive, tree)
     return NativeSource(tree, digest)
+
+
+def archive_digest(archive: Path) -> str:
+    """The sha256 of a source archive: the cache key's part for the source."""
+    return hashlib.sha256(archive.read_bytes()).hexdigest()
 
 
 def _unpack_vendored(archive: Path, tree: Path) -> None:
@@ -178,13 +183,18 @@ class Planned:
 
 
 def plan_build(
-    runtime_id: str = "llama.cpp-cpu", *, cache: Path | None = None, defines: tuple[str, ...] = ()
+    runtime_id: str = "llama.cpp-cpu",
+    *,
+    cache: Path | None = None,
+    defines: tuple[str, ...] = (),
+    source: NativeSource | None = None,
 ) -> Planned:
     """The cached tree's place for ``runtime_id`` on this machine, without building anything
-    (the source archive is fetched once; a toolkit stand-in only later, when it builds)."""
+    (the source archive is fetched once; a toolkit stand-in only later, when it builds).
+    ``source``: another archive of the same tree (a GPU host's bundle), keyed by its digest."""
     cache = cache or native_cache()
     component, recipe, requirement = recipe_for(load_catalog(), runtime_id)
-    source = fetch_source(requirement, cache)
+    source = source or fetch_source(requirement, cache)
     stand_in = toolkit_for(runtime_id)
     toolkit = stand_in if stand_in is not None and needed(stand_in) else None
     key = build_key(recipe, source, machine_inputs(toolkit, defines))
@@ -200,11 +210,12 @@ def build_component(
     log: Path | None = None,
     progress: Callable[[str], None] | None = None,
     defines: tuple[str, ...] = (),
+    source: NativeSource | None = None,
 ) -> Path:
     """The component tree of ``runtime_id`` built per its recipe; cached, built at most once.
     ``defines``: the build machine's own cmake definitions (``NAME=VALUE``), after the recipe's."""
     cache = cache or native_cache()
-    planned = plan_build(runtime_id, cache=cache, defines=defines)
+    planned = plan_build(runtime_id, cache=cache, defines=defines, source=source)
     if planned.built:
         return planned.root
     work = cache / "work" / planned.root.name
