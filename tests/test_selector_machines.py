@@ -34,6 +34,8 @@ PICKS: dict[str, tuple[str | None, str | None, str | None]] = {
     "asus-ux301l": ("cpu-avx2", "cpu-avx2", "cpu"),
     # a CPU without AVX2 flags: the baseline engine
     "dummy-machine": ("cpu-x86-64", "cpu", "cpu"),
+    # no GPU; lavapipe is a software Vulkan device on the CPU, never a reason to pick Vulkan
+    "epyc-kvm+lavapipe": ("cpu-avx2", "cpu-avx2", "cpu"),
     # GeForce MX250 (2 GiB): too small for Gemma 3, fine for SmolLM2 and MiniLM
     "hp-pavilion-15-cs-3037nl": ("openvino-gpu", "cuda", "cuda"),
     # Altra with a Matrox BMC: CPU; ~200 GB/s is not enough for Q8_0 to reach 40 tokens/s
