@@ -257,3 +257,21 @@ def test_serving_config_without_a_plan_still_carries_the_device(lavapipe_host: H
         offload=options.serving.offload,  # type: ignore[union-attr]
     )
     assert options.serving is not None and options.serving.offload is not None
+
+
+def test_the_child_keeps_the_gpu_2404_wrappers_environment(tmp_path: Path) -> None:
+    """What the wrapper set (mesa-2404's and the host driver's libraries, the ICD manifests'
+    folders, Vulkan layers) reaches llama-server; the component's libraries only go first."""
+    (tmp_path / "usr" / "lib").mkdir(parents=True)
+    wrapper = {
+        "LD_LIBRARY_PATH": "/snap/x/1/gpu-2404/usr/lib/x86_64-linux-gnu:/var/lib/snapd/lib/gl",
+        "XDG_DATA_DIRS": "/usr/share:/snap/x/1/gpu-2404/usr/share:/var/lib/snapd/lib",
+        "VK_LAYER_PATH": "/snap/x/1/gpu-2404/usr/share/vulkan/implicit_layer.d/",
+    }
+    server = ServerBinary(tmp_path / "usr" / "bin" / "llama-server", (tmp_path / "usr" / "lib",))
+    choice = DeviceChoice("cuda", "CUDA0", (("CUDA_VISIBLE_DEVICES", "0"),))
+    env = choice.environment(server.env(wrapper))
+    assert env["LD_LIBRARY_PATH"] == f"{tmp_path}/usr/lib:{wrapper['LD_LIBRARY_PATH']}"
+    assert env["XDG_DATA_DIRS"] == wrapper["XDG_DATA_DIRS"]
+    assert env["VK_LAYER_PATH"] == wrapper["VK_LAYER_PATH"]
+    assert env["CUDA_VISIBLE_DEVICES"] == "0"
