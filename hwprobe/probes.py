@@ -15,7 +15,7 @@ from hwprobe.npu import accel_nodes, npu_facts
 from hwprobe.nvidia import NvmlQuery, gather_answers, nvidia_facts
 from hwprobe.pci import Classified, PciScan, classify, display_facts, render_nodes, scan_pci
 from hwprobe.profile import DisplayFacts, GpuFacts, HostProfile, NpuFacts
-from hwprobe.vulkan import probe_vulkan
+from hwprobe.vulkan import start_vulkan
 
 
 def probe_hostname(fs: RootFS) -> str | None:
@@ -109,11 +109,11 @@ def probe_host(
     it a live root asks the driver and a recorded root reads ``run/nvidia-smi``.
     """
     fs = RootFS(root)
+    vulkan = start_vulkan(fs)  # the live device query runs while the other probes do
     cpus = probe_cpus(fs)
     memory = probe_memory(fs)
     disk = probe_disk(fs, disk_path)
     gpus, npus, displays = probe_devices(fs, nvml)
-    vulkan = probe_vulkan(fs)  # software Vulkan devices (lavapipe) are reported here, never as GPUs
     runtime_facts = None
     if runtimes:
         from hwprobe.runtime_support import probe_runtimes
@@ -127,7 +127,7 @@ def probe_host(
         gpus=gpus,
         npus=npus,
         displays=displays,
-        vulkan=vulkan,
+        vulkan=vulkan(),  # software Vulkan devices (lavapipe) are reported here, never as GPUs
         runtimes=runtime_facts,
         warnings=tuple(fs.warnings),
     )

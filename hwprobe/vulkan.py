@@ -20,7 +20,7 @@ import os
 import posixpath
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -128,26 +128,47 @@ def device_facts(entry: Mapping[str, Any]) -> VulkanDeviceFacts:
     )
 
 
-def query_live(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Run :mod:`hwprobe.vulkan_query` in an isolated child (in ``environ``, default this
-    process's: the loader reads the same variables as the manifests did); its answer or an
-    error."""
+def start_query(environ: Mapping[str, str] | None = None) -> Callable[[], dict[str, Any]]:
+    """Start :mod:`hwprobe.vulkan_query` in an isolated child (in ``environ``, default this
+    process's: the loader reads the same variables the manifests were found by); the returned
+    function waits for its answer, or an error. Starting early lets the rest of the probe run
+    while the drivers load (about 0.1 s)."""
     try:
-        done = subprocess.run(
+        proc = subprocess.Popen(
             [sys.executable, "-I", "-S", str(QUERY)],
             env=dict(os.environ if environ is None else environ),
-            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=QUERY_TIMEOUT_S,
-            check=False,
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return {"error": f"the Vulkan device query did not finish: {exc}"}
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        return {"error": f"the Vulkan device query exited with status {done.returncode}: {last}"}
+    except OSError as exc:
+        failed = {"error": f"the Vulkan device query could not start: {exc}"}
+        return lambda: failed
+
+    def answer() -> dict[str, Any]:
+        try:
+            out, err = proc.communicate(timeout=QUERY_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            return {"error": f"the Vulkan device query did not finish in {QUERY_TIMEOUT_S:g}s"}
+        return _parse_answer(proc.returncode, out, err)
+
+    return answer
+
+
+def query_live(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The live device query's answer (:func:`start_query`, waited for)."""
+    return start_query(environ)()
+
+
+def _parse_answer(code: int, out: str, err: str) -> dict[str, Any]:
+    if code != 0:
+        last = (err.strip().splitlines() or ["no message"])[-1]
+        return {"error": f"the Vulkan device query exited with status {code}: {last}"}
     try:
-        answer = json.loads(done.stdout)
+        answer = json.loads(out)
     except ValueError:
         return {"error": "the Vulkan device query printed no JSON"}
     return answer if isinstance(answer, dict) else {"error": "the Vulkan device query's answer"}
@@ -179,10 +200,29 @@ def devices_from(fs: RootFS, answer: Mapping[str, Any]) -> tuple[VulkanDeviceFac
         return None
 
 
+def start_vulkan(
+    fs: RootFS, environ: Mapping[str, str] | None = None
+) -> Callable[[], VulkanFacts | None]:
+    """Read the drivers now and start the live device query; the returned function completes
+    the facts (None when the machine shows no Vulkan). A replay reads the record instead."""
+    drivers = tuple(d for p in icd_paths(fs, environ) if (d := read_driver(fs, p)))
+    if not fs.is_live:
+        recorded = read_answer(fs)
+        return lambda: _facts(fs, drivers, recorded)
+    if not drivers:
+        return lambda: None
+    pending = start_query(environ)
+    return lambda: _facts(fs, drivers, pending())
+
+
 def probe_vulkan(fs: RootFS, environ: Mapping[str, str] | None = None) -> VulkanFacts | None:
     """The drivers, and the devices when enumerated; None when the machine shows no Vulkan."""
-    drivers = tuple(d for p in icd_paths(fs, environ) if (d := read_driver(fs, p)))
-    answer = read_answer(fs) if not fs.is_live else (query_live(environ) if drivers else None)
+    return start_vulkan(fs, environ)()
+
+
+def _facts(
+    fs: RootFS, drivers: tuple[VulkanDriverFacts, ...], answer: Mapping[str, Any] | None
+) -> VulkanFacts | None:
     if not drivers and answer is None:
         return None
     devices = devices_from(fs, answer) if answer is not None else None

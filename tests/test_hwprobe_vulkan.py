@@ -76,7 +76,7 @@ def test_a_replay_never_runs_the_query(machines_dir: Path, monkeypatch: pytest.M
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a replay ran a tool")
 
-    monkeypatch.setattr("hwprobe.vulkan.query_live", refuse)
+    monkeypatch.setattr("hwprobe.vulkan.start_query", refuse)
     assert hwprobe.probe(str(machines_dir / NAME / "machine-root")).vulkan is not None
 
 
