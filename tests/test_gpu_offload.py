@@ -244,7 +244,12 @@ def test_the_offload_report_reads_llama_servers_log() -> None:
     assert report.on_device("KV") == 360 * 2**20
     assert report.on_device("model") == round(93.81 * 2**20)
     assert report.buffers["CPU_Mapped model"] == round(16.15 * 2**20)
-    assert read_report(["load_tensors: offloaded 0/31 layers to GPU"]).complete is False
+    partial = read_report(["load_tensors: offloaded 12/31 layers to GPU"])
+    assert partial.complete is False
+    assert partial.shortfall() == (
+        "llama-server put 12 of 31 layers on the device: the rest run on the CPU"
+    )
+    assert report.shortfall() is None
 
 
 def test_serving_config_without_a_plan_still_carries_the_device(lavapipe_host: HostProfile) -> None:

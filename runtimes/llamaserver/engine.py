@@ -176,6 +176,8 @@ class LlamaServerEngine:
         await self.main.first_attempt.wait()
         if self.main.ready.is_set():
             self.offload = read_report(self.main.state.log) if self.config.offload else None
+            if self.offload is not None and (short := self.offload.shortfall()):
+                self.notes.append(short)
             self.native_tools = await native_tools(self.main.client)
             if not self.native_tools:
                 self.notes.append(

@@ -92,6 +92,17 @@ class OffloadReport:
         """Whether every layer went to the device."""
         return self.layers is not None and self.layers == self.layers_total
 
+    def shortfall(self) -> str | None:
+        """A note for /health when fewer layers than all reached the device (None: all did, or
+        the log said nothing)."""
+        if self.layers is None or self.complete:
+            return None
+        return (
+            f"llama-server put {self.layers} of {self.layers_total} layers on "
+            f"{self.device or 'the device'}: "
+            "the rest run on the CPU"
+        )
+
     def on_device(self, kind: str) -> int | None:
         """Bytes of ``kind`` (model, KV, compute) buffers on the device used."""
         return self.buffers.get(f"{self.device} {kind}") if self.device else None
