@@ -237,10 +237,15 @@ def _build(
     planned: Planned, toolkit: Prepared | None, work: Path, jobs: int | None, log: Path
 ) -> Path:
     """Configure, build and install into ``work/install`` as snapcraft's cmake plugin would,
-    then check the layout and stamp it; the installed tree."""
-    shutil.rmtree(work, ignore_errors=True)
+    then check the layout and stamp it; the installed tree. A build of the same key that was cut
+    short (a stopped session, a CI time-out) goes on where it stopped: the folder's name is the
+    key, and make rebuilds what is out of date (an interrupted make deletes its half-written
+    target)."""
     build, install = work / "build", work / "install"
-    build.mkdir(parents=True)
+    shutil.rmtree(install, ignore_errors=True)
+    if not (build / "CMakeCache.txt").is_file():
+        shutil.rmtree(work, ignore_errors=True)
+    build.mkdir(parents=True, exist_ok=True)
     recipe, component = planned.recipe, planned.component
     extra = (*(toolkit.cmake_parameters if toolkit else ()), *(f"-D{d}" for d in planned.defines))
     steps = [
