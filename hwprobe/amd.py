@@ -8,9 +8,11 @@ An APU is told by the table of APU device ids, or by kfd listing CPU cores on th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hwprobe._fs import RootFS
+from hwprobe.gpu import GpuPart, GpuProbe
 from hwprobe.pci import PciDevice
 from hwprobe.tables import pci_table
 
@@ -71,16 +73,13 @@ def _node_slot(fs: RootFS, props: dict[str, int]) -> str | None:
     return f"{props.get('domain', 0):04x}:{bus:02x}:{devfn >> 3:02x}.{devfn & 7:x}"
 
 
-@dataclass(frozen=True)
-class AmdFacts:
-    """The AMD-specific part of a GPU's facts."""
-
-    vram: int | None
-    gfx: str | None
-    integrated: bool | None
+def amd_gpus(fs: RootFS, devices: Sequence[PciDevice]) -> GpuProbe:
+    """The probe of AMD GPUs: kfd's topology is read once for all of them (``devices``)."""
+    nodes = kfd_nodes(fs)
+    return lambda device: amd_facts(fs, device, nodes)
 
 
-def amd_facts(fs: RootFS, device: PciDevice, nodes: dict[str, KfdNode]) -> AmdFacts:
+def amd_facts(fs: RootFS, device: PciDevice, nodes: dict[str, KfdNode]) -> GpuPart:
     """VRAM, gfx target and APU-ness of one AMD GPU; warnings for what could not be read."""
     ids = device.ids
     vram = fs.int_value(f"{device.path}/mem_info_vram_total", source="amd", base=10)
@@ -104,4 +103,4 @@ def amd_facts(fs: RootFS, device: PciDevice, nodes: dict[str, KfdNode]) -> AmdFa
             f"kfd lists no node for the AMD GPU at {ids.slot}, so its gfx target is unknown",
             "load the amdgpu driver with kfd (ROCm) support and make /dev/kfd accessible",
         )
-    return AmdFacts(vram=vram, gfx=node.gfx if node else None, integrated=integrated)
+    return GpuPart(vram=vram, gfx=node.gfx if node else None, integrated=integrated)

@@ -48,6 +48,11 @@ def _capture_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parsers() -> tuple[argparse.ArgumentParser, ...]:
+    """The command's parsers, ``hwprobe`` then ``hwprobe capture``: what docs/cli.md shows."""
+    return _probe_parser(), _capture_parser()
+
+
 def _check_root(root: str) -> None:
     if not os.path.isdir(root):
         raise UsageError(

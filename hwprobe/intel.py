@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import fnmatch
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hwprobe._fs import RootFS
+from hwprobe.gpu import GpuPart, GpuProbe
 from hwprobe.pci import PciDevice
 from hwprobe.tables import pci_table
 
@@ -25,15 +27,6 @@ class ClDevice:
 
     global_memory: int | None
     host_unified: bool | None
-
-
-@dataclass(frozen=True)
-class IntelFacts:
-    """The Intel-specific part of a GPU's facts."""
-
-    integrated: bool
-    vram: int | None
-    shared_memory: int | None
 
 
 def is_discrete(device_id: str) -> bool:
@@ -92,13 +85,19 @@ def _expand(fs: RootFS, path: str) -> list[str]:
     return [path]
 
 
-def intel_facts(fs: RootFS, device: PciDevice, cl: dict[str, ClDevice]) -> IntelFacts:
+def intel_gpus(fs: RootFS, devices: Sequence[PciDevice]) -> GpuProbe:
+    """The probe of Intel GPUs: the recorded OpenCL answer is read once for all of them."""
+    cl = clinfo_devices(fs)
+    return lambda device: intel_facts(fs, device, cl)
+
+
+def intel_facts(fs: RootFS, device: PciDevice, cl: dict[str, ClDevice]) -> GpuPart:
     """Integrated or discrete, VRAM of a discrete GPU, RAM an iGPU may use."""
     slot = device.ids.slot
     recorded = cl.get(slot)
     if not is_discrete(device.ids.device_id):
         shared = recorded.global_memory if recorded else None
-        return IntelFacts(integrated=True, vram=None, shared_memory=shared)
+        return GpuPart(integrated=True, shared_memory=shared)
     vram = local_memory(fs, device)
     if vram is None and recorded is not None:
         vram = recorded.global_memory
@@ -109,4 +108,4 @@ def intel_facts(fs: RootFS, device: PciDevice, cl: dict[str, ClDevice]) -> Intel
             "use the xe driver (kernel 6.8 or newer) or install intel-opencl-icd and record "
             "`clinfo --json` with `hwprobe capture`",
         )
-    return IntelFacts(integrated=False, vram=vram, shared_memory=None)
+    return GpuPart(integrated=False, vram=vram)

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from hwprobe._fs import RootFS
+from hwprobe.gpu import GpuPart, GpuProbe
+from hwprobe.pci import PciDevice
 from hwprobe.tables import nvml_table
 
 REPLAY_DIR = "/run/nvidia-smi"
@@ -186,19 +188,6 @@ def _mib(fs: RootFS, path: str, text: str | None) -> int | None:
     return int(words[0]) * MIB
 
 
-@dataclass(frozen=True)
-class NvidiaFacts:
-    """The NVML part of one GPU's facts."""
-
-    name: str | None = None
-    vram: int | None = None
-    vram_free: int | None = None
-    compute_capability: str | None = None
-    driver_version: str | None = None
-    cuda_version: str | None = None
-    device_nodes: tuple[str, ...] = ()
-
-
 def failure_warning(fs: RootFS, failure: NvmlFailure) -> None:
     """One warning saying why NVML failed and how to fix it."""
     table = nvml_table()
@@ -219,41 +208,60 @@ def failure_warning(fs: RootFS, failure: NvmlFailure) -> None:
         fs.warn("nvml", f"{entry.message} (NVML: {failure.detail})", entry.resolution)
 
 
+def nvidia_gpus(fs: RootFS, devices: Sequence[PciDevice], nvml: NvmlQuery | None) -> GpuProbe:
+    """The probe of NVIDIA GPUs: NVML (``nvml``, else the driver or the capture's recording) is
+    asked once about all of them, its warnings recorded before any other GPU's."""
+    answers = gather_answers(fs, nvml)
+    replay = not fs.is_live and nvml is None
+    facts = nvidia_facts(fs, [d.ids.slot for d in devices], answers, replay=replay)
+    return lambda device: facts[device.ids.slot]
+
+
 def nvidia_facts(
     fs: RootFS, slots: list[str], answers: NvmlAnswers | NvmlFailure, *, replay: bool
-) -> dict[str, NvidiaFacts]:
-    """Per PCI slot, what NVML (or its recording) says; warnings for every GPU it did not."""
+) -> dict[str, GpuPart]:
+    """Per PCI slot, what NVML (or its recording) says; warnings for every GPU it did not.
+
+    Every NVIDIA GPU on the PCI bus has memory of its own, so each is ``integrated: false``
+    even when NVML could not say how much.
+    """
     if isinstance(answers, NvmlFailure):
         failure_warning(fs, answers)
-        return {slot: NvidiaFacts() for slot in slots}
-    facts: dict[str, NvidiaFacts] = {}
-    for slot in slots:
-        answer = answers.gpus.get(slot)
-        if answer is None:
-            _missing_warning(fs, slot, replay=replay)
-            facts[slot] = NvidiaFacts(
-                driver_version=answers.driver_version, cuda_version=answers.cuda_version
-            )
-            continue
-        for code in answer.errors:
-            entry = nvml_table().errors.get(code, nvml_table().fallback)
-            fs.warn(
-                "nvml",
-                f"NVIDIA GPU {slot}: {entry.message.format(error=code)} ({code})",
-                entry.resolution,
-            )
-        if answer.memory_total is None and not answer.errors:
-            fs.warn("nvml", f"no memory size recorded for the NVIDIA GPU at {slot}", None)
-        facts[slot] = NvidiaFacts(
-            name=answer.name,
-            vram=answer.memory_total,
-            vram_free=answer.memory_free,
-            compute_capability=answer.compute_cap,
-            driver_version=answers.driver_version,
-            cuda_version=answers.cuda_version,
-            device_nodes=(f"/dev/nvidia{answer.minor}",) if answer.minor is not None else (),
+        return {slot: GpuPart(integrated=False) for slot in slots}
+    return {slot: _gpu_part(fs, slot, answers, replay=replay) for slot in slots}
+
+
+def _gpu_part(fs: RootFS, slot: str, answers: NvmlAnswers, *, replay: bool) -> GpuPart:
+    """One GPU's NVML facts (the driver's versions alone when NVML does not list it)."""
+    answer = answers.gpus.get(slot)
+    if answer is None:
+        _missing_warning(fs, slot, replay=replay)
+        answer = GpuAnswer()
+    else:
+        _answer_warnings(fs, slot, answer)
+    return GpuPart(
+        integrated=False,
+        name=answer.name,
+        vram=answer.memory_total,
+        vram_free=answer.memory_free,
+        compute_capability=answer.compute_cap,
+        driver_version=answers.driver_version,
+        cuda_version=answers.cuda_version,
+        device_nodes=(f"/dev/nvidia{answer.minor}",) if answer.minor is not None else (),
+    )
+
+
+def _answer_warnings(fs: RootFS, slot: str, answer: GpuAnswer) -> None:
+    """A warning for each query NVML refused about this GPU, or for a memory size not recorded."""
+    for code in answer.errors:
+        entry = nvml_table().errors.get(code, nvml_table().fallback)
+        fs.warn(
+            "nvml",
+            f"NVIDIA GPU {slot}: {entry.message.format(error=code)} ({code})",
+            entry.resolution,
         )
-    return facts
+    if answer.memory_total is None and not answer.errors:
+        fs.warn("nvml", f"no memory size recorded for the NVIDIA GPU at {slot}", None)
 
 
 def _missing_warning(fs: RootFS, slot: str, *, replay: bool) -> None:

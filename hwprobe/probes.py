@@ -6,14 +6,26 @@ records warnings there instead of raising; this module only orders them and join
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Sequence
+
 from hwprobe._fs import RootFS
-from hwprobe.amd import amd_facts, kfd_nodes
+from hwprobe.amd import amd_gpus
 from hwprobe.cpu import probe_cpus
-from hwprobe.intel import clinfo_devices, intel_facts
+from hwprobe.gpu import GpuPart, GpuProbe, gpu_facts
+from hwprobe.intel import intel_gpus
 from hwprobe.memory import probe_disk, probe_memory
 from hwprobe.npu import accel_nodes, npu_facts
-from hwprobe.nvidia import NvmlQuery, gather_answers, nvidia_facts
-from hwprobe.pci import Classified, PciScan, classify, display_facts, render_nodes, scan_pci
+from hwprobe.nvidia import NvmlQuery, nvidia_gpus
+from hwprobe.pci import (
+    Classified,
+    PciDevice,
+    PciScan,
+    classify,
+    display_facts,
+    render_nodes,
+    scan_pci,
+)
 from hwprobe.profile import DisplayFacts, GpuFacts, HostProfile, NpuFacts
 from hwprobe.vulkan import start_vulkan
 
@@ -28,56 +40,42 @@ def probe_hostname(fs: RootFS) -> str | None:
     return text.strip() or None if text else None
 
 
+VendorProbe = Callable[[RootFS, Sequence[PciDevice]], GpuProbe]
+
+
+def vendor_probes(nvml: NvmlQuery | None) -> dict[str, VendorProbe]:
+    """Vendor (as hwprobe names it) -> the probe of its GPUs, in the order their machine-wide
+    sources are read. A GPU vendor missing here gets the PCI table's facts alone. A function,
+    not a constant, because NVIDIA's probe takes the injected ``nvml`` query."""
+    return {
+        "amd": amd_gpus,
+        "intel": intel_gpus,
+        "nvidia": functools.partial(nvidia_gpus, nvml=nvml),
+    }
+
+
 def probe_gpus(fs: RootFS, items: list[Classified], nvml: NvmlQuery | None) -> tuple[GpuFacts, ...]:
-    """GPU facts for the classified GPUs, with each vendor's own source of memory facts."""
+    """GPU facts for the classified GPUs, each with its vendor's own source of memory facts.
+
+    Each vendor present reads its sources once (kfd, clinfo, NVML) before any GPU is probed,
+    and only then is each GPU probed, in PCI order; so warnings keep one order, whatever the mix.
+    """
     renders = render_nodes(fs) if items else {}
-    nodes = kfd_nodes(fs) if any(i.vendor_name == "amd" for i in items) else {}
-    cl = clinfo_devices(fs) if any(i.vendor_name == "intel" for i in items) else {}
-    nvidia_slots = [i.device.ids.slot for i in items if i.vendor_name == "nvidia"]
-    nv = {}
-    if nvidia_slots:
-        nv = nvidia_facts(
-            fs, nvidia_slots, gather_answers(fs, nvml), replay=not fs.is_live and nvml is None
-        )
-    gpus = []
-    for item in items:
-        ids = item.device.ids
-        base: dict[str, object] = {
-            "vendor": item.vendor_name,
-            "name": item.entry.name if item.entry else None,
-            "pci": ids,
-            "device_nodes": renders.get(ids.slot, ()),
-        }
-        if item.vendor_name == "amd":
-            amd = amd_facts(fs, item.device, nodes)
-            base.update(
-                integrated=amd.integrated,
-                unified_memory=bool(amd.integrated),
-                vram=amd.vram,
-                gfx=amd.gfx,
-            )
-        elif item.vendor_name == "intel":
-            intel = intel_facts(fs, item.device, cl)
-            base.update(
-                integrated=intel.integrated,
-                unified_memory=intel.integrated,
-                vram=intel.vram,
-                shared_memory=intel.shared_memory,
-            )
-        elif item.vendor_name == "nvidia":
-            facts = nv[ids.slot]
-            base.update(
-                integrated=False,
-                name=facts.name or base["name"],
-                vram=facts.vram,
-                vram_free=facts.vram_free,
-                compute_capability=facts.compute_capability,
-                driver_version=facts.driver_version,
-                cuda_version=facts.cuda_version,
-                device_nodes=tuple(base["device_nodes"]) + facts.device_nodes,  # type: ignore[arg-type]
-            )
-        gpus.append(GpuFacts(**base))  # type: ignore[arg-type]
-    return tuple(gpus)
+    probes = {
+        vendor: make_probe(fs, devices)
+        for vendor, make_probe in vendor_probes(nvml).items()
+        if (devices := [i.device for i in items if i.vendor_name == vendor])
+    }
+    return tuple(
+        gpu_facts(item, renders.get(item.device.ids.slot, ()), _probe(probes, item))
+        for item in items
+    )
+
+
+def _probe(probes: dict[str, GpuProbe], item: Classified) -> GpuPart:
+    """The vendor's facts about one GPU; none for a vendor hwprobe has no source for."""
+    probe = probes.get(item.vendor_name)
+    return probe(item.device) if probe else GpuPart()
 
 
 def probe_devices(

@@ -1,8 +1,9 @@
 """The runtime catalog (``runtimes/catalog.yaml``) as typed data.
 
-Manifests name runtimes by id; the selector reads their device class, the server their adapter,
-the builder their build recipe. Keeping this as one table means adding a runtime is a data change
-that every part sees at once.
+Manifests name runtimes by id; the selector reads their device class, the server how to serve
+them (``serving``, and the ``adapter`` where that is in-process), the builder their build
+recipe. Keeping this as one table means adding a runtime is a data change that every part sees
+at once.
 """
 
 from __future__ import annotations
@@ -33,7 +34,12 @@ class NativeBuild(KebabModel):
     """A native library built at a pinned upstream commit with snapcraft's cmake plugin."""
 
     source: str  # git URL of the upstream project
-    source_commit: str  # a commit, never a branch: builds must be reproducible
+    # a full 40-character commit, never a branch (builds must be reproducible) nor an
+    # abbreviation: craft-parts can fetch only a full hash shallowly (`source-depth`)
+    source_commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+    # `source-depth` of the part: 1 fetches that one commit, not the project's whole history
+    # (craft-parts' advice for large repositories); 0 clones everything
+    source_depth: int = Field(default=0, ge=0)
     # a PyPI sdist that vendors this source at this commit: where builds that cannot reach the
     # git host (development machines, CI) take the very same tree (snapbuild.recipes.native)
     vendored_by: str | None = None
@@ -98,9 +104,13 @@ class RuntimeEntry(KebabModel):
     gpu_vendors: tuple[str, ...] = ()
     npu_vendors: tuple[str, ...] = ()
     formats: tuple[Literal["gguf", "openvino-ir", "onnx"], ...]
-    adapter: str  # "module:Class"
+    # the in-process adapter, "module:Class": what serves the runtime where ``serving`` is
+    # in-process; a llama-server entry's is what switching it to in-process would serve (and
+    # what tests load directly)
+    adapter: str
     # how the gateway serves it: the adapter in its own process, or llama.cpp's llama-server
-    # as a supervised child (continuous batching over parallel slots)
+    # as a supervised child (continuous batching over parallel slots); the selector plans
+    # llama-server's slots only for the latter
     serving: Literal["in-process", "llama-server"] = "in-process"
     capabilities: tuple[Capability, ...]
     # what the runtime can take in on the devices it drives (snapbuild.selection.vision ranks by it)

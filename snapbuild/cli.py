@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "make": "snapbuild.commands.building:make_cmd",
     "matrix": "snapbuild.commands.building:matrix_cmd",
     "ci": "snapbuild.commands.building:ci_cmd",
+    "pack": "snapbuild.commands.packing:pack_cmd",
     "try": "snapbuild.commands.trying:try_cmd",
     "fleet": "snapbuild.commands.fleet:fleet_group",
 }

@@ -8,7 +8,11 @@ both, for tests and packagers with their own trees.
 from __future__ import annotations
 
 import os
+from importlib import resources
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 
 def project_root() -> Path:
@@ -36,3 +40,10 @@ def cache_dir() -> Path:
         return Path(override)
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(xdg) / "snapbuild"
+
+
+def read_data(name: str, package: str = "snapbuild") -> Any:
+    """A YAML file of ``<package>/data`` (``snapbuild/data`` by default) as plain data
+    (validate it before use)."""
+    text = resources.files(package).joinpath("data", name).read_text(encoding="utf-8")
+    return yaml.safe_load(text)

@@ -61,8 +61,22 @@ def engine_data_path(env: SnapEnv) -> Path:
 
 
 def engine_components(env: SnapEnv, manifest: Manifest, engine: str) -> list[str] | None:
-    """The components ``engine`` needs as the builder packed them (None without engine data)."""
-    return packed_components(read_engine_data(engine_data_path(env)), engine)
+    """The components ``engine`` needs as the builder packed them (None without engine data);
+    ``manifest`` a ladder's option view: for that option."""
+    return packed_components(read_engine_data(engine_data_path(env)), engine, manifest.view_of)
+
+
+def option_components(env: SnapEnv) -> dict[str, set[str]]:
+    """A ladder's artifact components per option, as the builder packed them (empty for a snap
+    with one model): what to remove when the snap switches to another size."""
+    data = read_engine_data(engine_data_path(env)) or {}
+    runtimes = {
+        name for name, c in (data.get("components") or {}).items() if c.get("kind") == "runtime"
+    }
+    return {
+        option: {c for e in entry["engines"].values() for c in e["components"]} - runtimes
+        for option, entry in (data.get("options") or {}).items()
+    }
 
 
 def layout(env: SnapEnv, manifest: Manifest, artifact: str) -> ArtifactLayout:
@@ -90,7 +104,7 @@ def resolve(env: SnapEnv, manifest: Manifest, engine: str) -> Path:
     eng = manifest.engine(engine)
     if eng is None:
         raise ArtifactError(f"engine {engine!r} is not in this snap", exit_code=EXIT_NO_ENGINE)
-    return _resolve_artifact(env, manifest, eng.artifact, engine)
+    return _resolve_artifact(env, manifest, manifest.weights(eng).name, engine)
 
 
 def resolve_projector(env: SnapEnv, manifest: Manifest, engine: str) -> Path | None:
@@ -157,7 +171,7 @@ def prepare(
         raise ArtifactError(f"engine {engine!r} is not in this snap")
     if eng.projector is not None:
         _prepare_artifact(env, manifest, eng.projector, say)
-    return _prepare_artifact(env, manifest, eng.artifact, say)
+    return _prepare_artifact(env, manifest, manifest.weights(eng).name, say)
 
 
 def _prepare_artifact(

@@ -8,8 +8,6 @@ subcommands are what the snap's hook scripts and server app run. Errors print on
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,36 +15,24 @@ from typing import Any
 import click
 
 from snapbuild.cli import run_cli
-from snapbuild.selection.decision import Decision
 from snapbuild.selection.rows import engine_rows
 from snapcommon.errors import UsageError
 from snapcommon.sizes import gib as _gib
 from snaps import config, hooks
-from snaps.manager import (
-    Context,
-    State,
-    candidate_for,
-    engine_components,
-    missing_components,
-    probe_host,
-    select,
-)
+from snaps.console import JSON_OPT, emit, prog, table
+from snaps.manager import Context, engine_components, probe_host
 from snaps.status import status_data, status_text
-
-JSON_OPT = click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
-
-
-def _emit(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2))
-
-
-def _prog() -> str:
-    return os.environ.get("SNAP_NAME") or "inference-snap"
+from snaps.switch import models, use_engine, use_model
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
-    """Manage this inference snap: its engine, its settings and its local API."""
+    """Manage this inference snap: its engine (and model size), its settings and its local
+    API."""
+
+
+for _command in (models, use_engine, use_model):
+    cli.add_command(_command)
 
 
 # status ------------------------------------------------------------------------------------
@@ -56,7 +42,7 @@ def status(as_json: bool) -> None:
     """Engine, device, service state, endpoint, model id and context size."""
     data = status_data(Context.load())
     if as_json:
-        _emit(data)
+        emit(data)
     else:
         click.echo(status_text(data))
 
@@ -67,13 +53,15 @@ def status(as_json: bool) -> None:
 def engines(as_json: bool) -> None:
     """Every engine with runtime, device, quantization, compatibility, fit, rank; * = active."""
     ctx = Context.load()
-    rows = engine_rows(ctx.require_decision(), ctx.manifest.engines)
+    decision = ctx.require_decision()
+    option = ctx.active_option(decision)  # a ladder: the engines of the size that runs
+    rows = engine_rows(decision, ctx.view(option).engines, option)
     if as_json:
-        _emit([{**r.to_data(fit="verdict"), "summary": r.summary} for r in rows])
+        emit([{**r.to_data(fit="verdict"), "summary": r.summary} for r in rows])
         return
-    table = [("", "ENGINE", "RUNTIME", "DEVICE", "QUANT", "COMPATIBLE", "FIT", "RANK")]
+    cells = [("", "ENGINE", "RUNTIME", "DEVICE", "QUANT", "COMPATIBLE", "FIT", "RANK")]
     for r in rows:
-        table.append(
+        cells.append(
             (
                 "*" if r.active else "",
                 r.engine,
@@ -85,9 +73,7 @@ def engines(as_json: bool) -> None:
                 str(r.rank) if r.rank is not None else "-",
             )
         )
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    for row in table:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    table(cells)
 
 
 @cli.command("show-engine")
@@ -96,27 +82,30 @@ def engines(as_json: bool) -> None:
 def show_engine(name: str, as_json: bool) -> None:
     """One engine: what it needs, the verdicts here, its components."""
     ctx = Context.load()
-    engine = ctx.manifest.engine(name)
+    decision = ctx.require_decision()
+    option = ctx.active_option(decision)  # a ladder: as it runs the size that runs
+    served = ctx.view(option)
+    engine = served.engine(name)
     if engine is None:
         raise UsageError(
             f"no engine named {name!r} in this snap",
-            resolution=f"Engines: {', '.join(e.name for e in ctx.manifest.engines)}.",
+            resolution=f"Engines: {', '.join(e.name for e in served.engines)}.",
         )
-    decision = ctx.require_decision()
-    cand = decision.candidate(name)
-    comps = engine_components(ctx, name)
+    cand = decision.candidate(name, option)
+    comps = engine_components(ctx, name, option)
     data: dict[str, Any] = {
+        **({"option": option} if option else {}),
         "engine": name,
         "summary": engine.summary,
         "runtime": engine.runtime,
         "artifact": engine.artifact,
         "experimental": engine.experimental,
-        "active": bool(decision.selected and decision.selected.engine == name),
+        "active": bool(cand and decision.winner() == cand),
         "components": {c: ctx.env.component_dir(c).exists() for c in comps},
         "candidate": cand.to_data() if cand else None,
     }
     if as_json:
-        _emit(data)
+        emit(data)
         return
     click.echo(f"{name}: {engine.summary}")
     click.echo(f"  runtime:    {engine.runtime}")
@@ -138,17 +127,21 @@ def why(as_json: bool) -> None:
     decision = ctx.require_decision()
     state = ctx.state()
     if as_json:
-        _emit({"decision": decision.to_data(), "notes": state.notes, "problem": state.problem})
+        emit({"decision": decision.to_data(), "notes": state.notes, "problem": state.problem})
         return
     if decision.selected:
-        click.echo(f"selected: {decision.selected.engine}: {decision.selected.why}")
+        size = f"model {decision.selected.option}, " if decision.selected.option else ""
+        click.echo(f"selected: {size}{decision.selected.engine}: {decision.selected.why}")
         if decision.selected.serving:
             click.echo(f"serving: {decision.selected.serving.summary()}")
     else:
         click.echo("selected: none")
+    for verdict in decision.options:  # a ladder: each size, and why it runs or not
+        click.echo(f"model {verdict.option}: {verdict.reason}")
     for cand in decision.candidates:
         rank = f"rank {cand.rank}" if cand.rank else "incompatible"
-        click.echo(f"{cand.engine} ({cand.runtime}, {rank}):")
+        name = f"{cand.option}/{cand.engine}" if cand.option else cand.engine
+        click.echo(f"{name} ({cand.runtime}, {rank}):")
         for reason in cand.reasons:
             click.echo(f"  - {reason}")
     for note in state.notes:
@@ -181,83 +174,6 @@ def show_machine(as_json: bool) -> None:
         click.echo(f"note: {note}")
 
 
-# use-engine --------------------------------------------------------------------------------
-@cli.command("use-engine")
-@click.argument("name", required=False)
-@click.option("--auto", is_flag=True, help="Let the selector choose again.")
-@click.option("--force", is_flag=True, help="Use an engine the selector rejects.")
-@click.option("--assume-yes", "-y", is_flag=True, help="Do not ask (for scripts).")
-def use_engine(name: str | None, auto: bool, force: bool, assume_yes: bool) -> None:
-    """Switch to engine NAME, or re-select with --auto. Asks before installing or restarting."""
-    if bool(name) == auto:
-        raise UsageError(
-            "give an engine name or --auto (not both)",
-            resolution=f"e.g. `{_prog()} use-engine --auto`",
-        )
-    ctx = Context.load()
-    before = ctx.decision()
-    active = before.selected.engine if before and before.selected else None
-    stored = ctx.stored()
-    if auto:
-        stored.pop("engine", None)
-        host, notes, only_cpu = probe_host(ctx)
-        decision, state = select(ctx.manifest, host, only_cpu=only_cpu), State(notes=notes)
-        settings = ctx.settings(stored, decision)
-        problems = config.validate(
-            settings, ctx.manifest, candidate_for(decision), own_port=ctx.own_port()
-        )
-        hooks.reject(problems)
-    else:
-        assert name is not None
-        stored["engine"] = name
-        decision, new_state, settings = hooks.plan(ctx, stored, force=force)
-        state = new_state or ctx.state()
-    target = decision.selected.engine if decision.selected else None
-    if target == active and not (auto and ctx.stored().get("engine")):
-        click.echo(f"{active or 'no engine'} is already active; nothing to do.")
-        return
-    steps = _plan_steps(ctx, active, target, decision)
-    click.echo("This will:")
-    for step in steps:
-        click.echo(f"  - {step}")
-    if not assume_yes and not _confirm():
-        click.echo("Nothing changed.")
-        raise SystemExit(1)
-    if auto:
-        ctx.snapctl.unset("engine")
-    else:
-        ctx.snapctl.set({"engine": name})
-    hooks.activate(ctx, decision, state, in_hook=False)
-    click.echo(f"Now using {target}." if target else "No engine fits; the server is stopped.")
-
-
-def _plan_steps(
-    ctx: Context, active: str | None, target: str | None, decision: Decision
-) -> list[str]:
-    service = ctx.snapctl.service(ctx.env.service)
-    if target is None:
-        return ["stop and disable the server: no engine fits this machine"]
-    sel = decision.selected
-    assert sel is not None
-    steps = [f"switch from {active or 'no engine'} to {target} ({sel.runtime} on {sel.device})"]
-    missing = missing_components(ctx, target)
-    if missing:
-        steps.append(f"install components: {', '.join(missing)}")
-    steps.append("restart the server" if service.active else "start the server")
-    return steps
-
-
-def _confirm() -> bool:
-    try:
-        answer = click.confirm("Continue?", default=False)
-        if not sys.stdin.isatty():
-            click.echo("")  # the piped answer is not echoed; end the prompt's line
-        return answer
-    except click.exceptions.Abort:
-        click.echo("")
-        return False
-
-
 # settings ----------------------------------------------------------------------------------
 @cli.command()
 @click.argument("keys", nargs=-1)
@@ -272,7 +188,7 @@ def get(keys: tuple[str, ...], as_json: bool) -> None:
         wanted = [_display_key(config.normalize_key(k)) for k in keys]
         flat = {k: flat.get(k) for k in wanted}
     if as_json:
-        _emit(flat)
+        emit(flat)
         return
     for key, value in flat.items():
         click.echo(f"{key}={'' if value is None else value}")
@@ -356,7 +272,7 @@ def daemon() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point for `inference-snap` (the snap's `<snap>` command)."""
-    sys.exit(run_cli(cli, argv, prog_name=_prog()))
+    sys.exit(run_cli(cli, argv, prog_name=prog()))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The snap's settings (port, host, context-size, engine, env.*) and their rules.
+"""The snap's settings (port, host, context-size, engine, model, env.*) and their rules.
 
 A change is validated as a whole before anything is written, so a rejected ``set`` leaves the
 configuration exactly as it was. ``env.*`` keys reach the runtime as environment variables;
@@ -16,11 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from snapbuild.manifest.ladder import view_for
 from snapbuild.manifest.model import Manifest
 from snapbuild.selection.decision import Candidate
 from snapcommon.errors import UsageError
 
-KEYS = ("port", "host", "context-size", "engine", "cors-origins", "remote-images")
+KEYS = ("port", "host", "context-size", "engine", "cors-origins", "remote-images", "model")
 BOOLEANS = ("true", "false")
 ORIGIN_RE = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(:\d{1,5})?$")
 DEFAULT_HOST = "127.0.0.1"
@@ -73,6 +74,8 @@ class Settings:
     cors_origins: str = ""
     # "true": the server fetches http(s) image URLs itself (bounded); default: data: URLs only
     remote_images: str = "false"
+    # a model ladder: the option (size) to run, or "auto"; None for a snap with one model
+    model: str | None = None
 
     def origins(self) -> list[str]:
         """``cors_origins`` as a list (empty: the server's loopback default)."""
@@ -87,6 +90,7 @@ class Settings:
             "engine": self.engine,
             "cors-origins": self.cors_origins,
             "remote-images": self.remote_images,
+            **({"model": self.model} if self.model is not None else {}),
             "env": dict(sorted(self.env.items())),
         }
 
@@ -149,7 +153,8 @@ def flatten(stored: Mapping[str, Any]) -> dict[str, Any]:
 def effective(
     stored: Mapping[str, Any], manifest: Manifest, default_context: int | None
 ) -> Settings:
-    """Stored (flat) values over the manifest's and the decision's defaults."""
+    """Stored (flat) values over the manifest's and the decision's defaults. A snap with one
+    model has no ``model`` setting: a stored one is kept, for :func:`validate` to refuse."""
     env = {
         env_option_to_var(k[4:]): v if isinstance(v, str) else json.dumps(v)
         for k, v in stored.items()
@@ -165,6 +170,7 @@ def effective(
         env=env,
         cors_origins=str(stored.get("cors-origins") or ""),
         remote_images=str(stored.get("remote-images") or "false").lower(),
+        model=str(stored.get("model") or AUTO) if manifest.is_ladder or "model" in stored else None,
     )
 
 
@@ -177,13 +183,21 @@ def _as_int(value: Any, default: int) -> int:
         return -1  # fails validation with a message naming the stored value
 
 
-def port_is_free(host: str, port: int) -> bool:
-    """Whether a server could listen on host:port now."""
+def port_is_free(host: str, port: int) -> bool | None:
+    """Whether a server could listen on host:port now; None when this process may not open a
+    network socket to find out (a hook without the ``network-bind`` plug gets EACCES under
+    AppArmor): then only the daemon, which has the plug, can tell, and it says so in status."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
+    try:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except PermissionError:
+        return None
+    with sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
+        except PermissionError:
+            return None
         except OSError:
             return False
     return True
@@ -224,9 +238,11 @@ def validate(
     """Every reason the settings cannot be used; empty when they can.
 
     ``own_port`` is the port our running server holds, which is busy but not a conflict.
-    ``candidate`` is the selector's verdict for the engine that will run.
+    ``candidate`` is the selector's verdict for the engine that will run (a ladder's contexts
+    are those of the option it runs).
     """
     problems: list[str] = []
+    served = view_for(manifest, candidate.option if candidate else None)
     host_ok = _host_ok(settings.host)
     if not host_ok:
         problems.append(
@@ -235,7 +251,11 @@ def validate(
         )
     if not 1 <= settings.port <= 65535:
         problems.append(f"port {settings.port} is out of range: use 1-65535")
-    elif host_ok and settings.port != own_port and not port_is_free(settings.host, settings.port):
+    elif (
+        host_ok
+        and settings.port != own_port
+        and port_is_free(settings.host, settings.port) is False
+    ):
         problems.append(
             f"port {settings.port} is busy on {settings.host}: another program listens there "
             "(pick a free port, e.g. `set port=" + str(_free_port_near(settings)) + "`)"
@@ -243,14 +263,15 @@ def validate(
     if settings.engine != AUTO and manifest.engine(settings.engine) is None:
         names = ", ".join(e.name for e in manifest.engines)
         problems.append(f"engine {settings.engine!r} is not in this snap (engines: {names}, auto)")
+    problems += _model_problems(settings.model, manifest)
     if settings.context_size <= 0:
         problems.append(
             f"context-size must be a positive whole number, not {settings.context_size}"
         )
     else:
         pinned = settings.engine if settings.engine != AUTO else None
-        floor = min_context(candidate.engine if candidate else pinned, manifest)
-        limit = max_context(candidate, manifest)
+        floor = min_context(candidate.engine if candidate else pinned, served)
+        limit = max_context(candidate, served)
         if settings.context_size < floor:
             problems.append(
                 f"context-size {settings.context_size} is below the smallest this model is "
@@ -284,6 +305,16 @@ def validate(
     return problems
 
 
+def _model_problems(model: str | None, manifest: Manifest) -> list[str]:
+    """A ``model`` that names no option of this snap (or any, in a snap with one model)."""
+    if model is None or model == AUTO or manifest.option(model) is not None:
+        return []
+    if not manifest.is_ladder:
+        return [f"model {model!r}: this snap holds one model; `unset model`"]
+    names = ", ".join(o.name for o in manifest.options)
+    return [f"model {model!r} is not in this snap (models: {names}, auto)"]
+
+
 def _host_ok(host: str) -> bool:
     try:
         ipaddress.ip_address(host)
@@ -299,9 +330,15 @@ def _free_port_near(settings: Settings) -> int:
     return settings.port + 1
 
 
+def _busy(host: str, port: int) -> bool:
+    """Known to be taken (not merely unknown: a hook may not be able to check)."""
+    return port_is_free(host, port) is False
+
+
 def first_free_port(host: str, start: int) -> int:
-    """``start`` or the next port after it that is free (the install hook's default port)."""
+    """``start`` or the next port after it that is free (the install hook's default port);
+    ``start`` when ports cannot be checked from here."""
     for port in range(start, min(start + 100, 65536)):
-        if port_is_free(host, port):
+        if port_is_free(host, port) is not False:
             return port
     return start

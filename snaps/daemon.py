@@ -61,13 +61,16 @@ def _wait_limit() -> float:
         return COMPONENT_WAIT_S
 
 
-def wait_for_components(ctx: Context, engine: str, timeout: float | None = None) -> Path:
-    """Wait (bounded) until every component of ``engine`` is installed; the runtime's directory.
+def wait_for_components(
+    ctx: Context, engine: str, timeout: float | None = None, option: str | None = None
+) -> Path:
+    """Wait (bounded) until every component of ``engine`` (running ladder option ``option``) is
+    installed; the runtime's directory.
 
     snapd mounts a component whole, so its directory appearing means its files are there.
     """
     limit = _wait_limit() if timeout is None else timeout
-    comps = engine_components(ctx, engine)
+    comps = engine_components(ctx, engine, option)
 
     def missing() -> list[str]:
         return [c for c in comps if not ctx.env.component_dir(c).is_dir()]
@@ -97,7 +100,7 @@ def wait_for_components(ctx: Context, engine: str, timeout: float | None = None)
                 exit_code=EXIT_NO_ENGINE,
             )
         log(f"components present after {time.monotonic() - start:.1f}s")
-    return ctx.env.component_dir(components_for(ctx.manifest, engine)[0])
+    return ctx.env.component_dir(components_for(ctx.view(option), engine)[0])
 
 
 def prepare_imports(runtime_dir: Path, library_paths: tuple[str, ...] | None = None) -> None:
@@ -136,13 +139,14 @@ def runtime_library_paths(decision: Decision) -> tuple[str, ...] | None:
     return native.library_paths if native else None
 
 
-def check_fit(ctx: Context, engine: str, forced: bool) -> HostProfile:
-    """Refuse to start an engine the selector rejects on the machine as it is now; the host."""
+def check_fit(ctx: Context, engine: str, forced: bool, option: str | None = None) -> HostProfile:
+    """Refuse to start an engine (running ladder option ``option``) the selector rejects on the
+    machine as it is now; the host."""
     host, _, only_cpu = probe_host(ctx)
     if forced:
         return host
-    decision = select(ctx.manifest, host, engine=engine, only_cpu=only_cpu)
-    cand = decision.candidate(engine)
+    decision = select(ctx.manifest, host, engine=engine, option=option, only_cpu=only_cpu)
+    cand = decision.candidate(engine, option)
     if cand is None or not cand.compatible:
         raise DaemonError(
             f"engine {engine} does not fit this machine now; not starting",
@@ -212,21 +216,22 @@ def _run(ctx: Context) -> None:
             resolution=f"Run `{ctx.env.name} status` for the reasons.",
             exit_code=EXIT_NO_ENGINE,
         )
-    engine = decision.selected.engine
+    engine, option = decision.selected.engine, decision.selected.option
+    served = ctx.view(option)  # a ladder: the option that runs, as a single model
     settings = ctx.settings(decision=decision)
-    host = check_fit(ctx, engine, state.forced)
-    runtime_dir = wait_for_components(ctx, engine)
+    host = check_fit(ctx, engine, state.forced, option)
+    runtime_dir = wait_for_components(ctx, engine, option=option)
     prepare_imports(runtime_dir, runtime_library_paths(decision))
     note(ctx, "preparing", f"preparing the weights of {engine}")
-    model_path = artifacts.ready(ctx.env, ctx.manifest, engine, log)
+    model_path = artifacts.ready(ctx.env, served, engine, log)
     projector = (
-        artifacts.resolve_projector(ctx.env, ctx.manifest, engine)
+        artifacts.resolve_projector(ctx.env, served, engine)
         if "vision" in decision.selected.inputs
         else None  # no projector, or its image encoder does not fit here: text only
     )
-    engine_entry = ctx.manifest.engine(engine)
+    engine_entry = served.engine(engine)
     if engine_entry is not None:
-        check_loadable(model_path, ctx.manifest.artifact(engine_entry.artifact).format)
+        check_loadable(model_path, served.weights(engine_entry).format)
     usable, ignored = config.runtime_env(settings.env)
     if ignored:
         names = ", ".join(f"env.{name}" for name in ignored)
@@ -236,8 +241,9 @@ def _run(ctx: Context) -> None:
     ctx.env.running_path.write_text(json.dumps(settings.to_data(), indent=2) + "\n")
     url = f"http://{settings.host}:{settings.port}/v1"
     note(ctx, "loading", f"loading {engine}")
+    size = f"model {option}, " if option else ""
     log(
-        f"starting {engine} ({decision.selected.runtime} on {decision.selected.device}) "
+        f"starting {size}{engine} ({decision.selected.runtime} on {decision.selected.device}) "
         f"on {url} with context {settings.context_size}, {threads or 'default'} threads"
     )
     from runtimes.gateway.images import ImagePolicy
@@ -245,13 +251,13 @@ def _run(ctx: Context) -> None:
     from snapbuild.serving.launch import serve_options
     from snapbuild.serving.plan import serving_plan
 
-    winner = decision.candidate(engine)
+    winner = decision.winner()
     memory = winner.memory if winner else None
-    plan = serving_plan(ctx.manifest, decision.selected, settings.context_size, memory)
+    plan = serving_plan(served, decision.selected, settings.context_size, memory)
     if plan is not None:
         log(f"serving: {plan.summary()}")
     options = serve_options(
-        ctx.manifest,
+        served,
         decision.selected,
         artifact=model_path,
         projector=projector,

@@ -14,6 +14,7 @@ from typing import Any
 from hwprobe.profile import HostProfile
 from hwprobe.replay import probe_from_environ
 from runtimes.catalog import load_catalog
+from snapbuild.manifest.ladder import view_for
 from snapbuild.manifest.model import Manifest
 from snapbuild.selection.decision import Candidate, Decision
 from snapcommon.errors import SnapbuildError, UsageError
@@ -49,6 +50,15 @@ class Context:
     def load(cls, environ: dict[str, str] | None = None) -> Context:
         env = SnapEnv.from_environ(environ)
         return cls(env=env, snapctl=Snapctl(), manifest=load_snap_manifest(env))
+
+    def view(self, option: str | None) -> Manifest:
+        """What serves ``option``: a ladder's single-model view of it; a single model itself."""
+        return view_for(self.manifest, option)
+
+    def active_option(self, decision: Decision | None = None) -> str | None:
+        """The ladder option the recorded (or given) decision runs; None for one model."""
+        decision = decision if decision is not None else self.decision()
+        return decision.selected.option if decision and decision.selected else None
 
     # records ---------------------------------------------------------------------------------
     def decision(self) -> Decision | None:
@@ -161,22 +171,33 @@ def cpu_only(manifest: Manifest) -> Manifest:
 
 
 def select(
-    manifest: Manifest, host: HostProfile, *, engine: str | None = None, only_cpu: bool = False
+    manifest: Manifest,
+    host: HostProfile,
+    *,
+    engine: str | None = None,
+    option: str | None = None,
+    only_cpu: bool = False,
 ) -> Decision:
-    """The selector's decision (pure), on the CPU-only manifest when asked."""
+    """The selector's decision (pure), on the CPU-only manifest when asked; ``option``: a
+    ladder's model option to run (None: the selector's choice)."""
     from snapbuild.selection.selector import select as run_selector
 
-    return run_selector(cpu_only(manifest) if only_cpu else manifest, host, engine=engine)
+    chosen = cpu_only(manifest) if only_cpu else manifest
+    return run_selector(chosen, host, engine=engine, option=option)
 
 
-def forced_selection(decision: Decision, engine: str, manifest: Manifest | None = None) -> Decision:
-    """A decision whose winner is ``engine`` even though the selector rejected it (--force);
-    with the ``manifest``, llama-server's slots are planned in the memory the selector saw."""
+def forced_selection(
+    decision: Decision, engine: str, manifest: Manifest | None = None, option: str | None = None
+) -> Decision:
+    """A decision whose winner is ``engine`` (running ``option``) even though the selector
+    rejected it (--force); with the ``manifest``, llama-server's slots are planned in the memory
+    the selector saw."""
     from snapbuild.selection.forced import forced
 
-    if decision.candidate(engine) is None:
+    if decision.candidate(engine, option) is None:
         raise UsageError(f"engine {engine!r} is not in this snap")
-    return forced(decision, engine, manifest, how="`use-engine --force`")
+    how = f"`{'use-model' if option else 'use-engine'} --force`"
+    return forced(decision, engine, manifest, option=option, how=how)
 
 
 def components_for(manifest: Manifest, engine: str) -> list[str]:
@@ -186,26 +207,42 @@ def components_for(manifest: Manifest, engine: str) -> list[str]:
         raise UsageError(f"engine {engine!r} is not in this snap")
     entry = load_catalog().get(eng.runtime)
     runtime_component = entry.component if entry else eng.runtime
-    return [runtime_component, eng.artifact]
+    return [runtime_component, manifest.weights(eng).name]
 
 
-def engine_components(ctx: Context, engine: str) -> list[str]:
-    """The components ``engine`` needs in this snap: as the builder packed them (every
-    component of a split artifact), or runtime and artifact when the snap has no engine data."""
+def engine_components(ctx: Context, engine: str, option: str | None = None) -> list[str]:
+    """The components ``engine`` needs in this snap (running ladder option ``option``): as the
+    builder packed them (every component of a split artifact), or runtime and artifact when the
+    snap has no engine data."""
     from snaps.artifacts import engine_components as packed
 
-    return packed(ctx.env, ctx.manifest, engine) or components_for(ctx.manifest, engine)
+    view = ctx.view(option)
+    return packed(ctx.env, view, engine) or components_for(view, engine)
 
 
-def missing_components(ctx: Context, engine: str) -> list[str]:
-    """The components of ``engine`` not installed yet."""
-    return [c for c in engine_components(ctx, engine) if not ctx.env.component_dir(c).exists()]
+def missing_components(ctx: Context, engine: str, option: str | None = None) -> list[str]:
+    """The components of ``engine`` (running ``option``) not installed yet."""
+    needed = engine_components(ctx, engine, option)
+    return [c for c in needed if not ctx.env.component_dir(c).exists()]
+
+
+def stale_components(ctx: Context, engine: str, option: str | None) -> list[str]:
+    """Installed weights of the ladder's other options: a switch of size removes them, so a
+    snap holds one size at a time (a single model's snap never has any)."""
+    from snaps.artifacts import option_components
+
+    keep = set(engine_components(ctx, engine, option))
+    other = {c for o, comps in option_components(ctx.env).items() if o != option for c in comps}
+    return sorted(c for c in other - keep if ctx.env.component_dir(c).exists())
 
 
 def no_engine_problem(ctx: Context, decision: Decision) -> str:
-    """Why nothing fits, and what to do, in one paragraph for `status`."""
+    """Why nothing fits, and what to do, in one paragraph for `status` (a ladder: why its
+    smallest option does not run, which is why no larger one does)."""
     lines = [f"No engine of {ctx.manifest.name} fits this machine, so the server is disabled."]
-    for cand in decision.candidates:
+    if decision.options:
+        lines.append(f"Not even the smallest model, {decision.options[-1].option}:")
+    for cand in decision.no_fit_candidates():
         blockers = "; ".join(cand.blockers) or "does not fit"
         lines.append(f"  {cand.engine}: {blockers}")
     lines.append(
@@ -217,4 +254,4 @@ def no_engine_problem(ctx: Context, decision: Decision) -> str:
 
 def candidate_for(decision: Decision) -> Candidate | None:
     """The selector's verdict on the engine that runs."""
-    return decision.candidate(decision.selected.engine) if decision.selected else None
+    return decision.winner()

@@ -27,6 +27,7 @@ def status_data(ctx: Context) -> dict[str, Any]:
     return {
         "snap": ctx.env.name,
         "model": ctx.manifest.name,
+        **_option(ctx, decision),
         "engine": selected.engine if selected else None,
         "runtime": selected.runtime if selected else None,
         "device": selected.device if selected else None,
@@ -50,6 +51,25 @@ def status_data(ctx: Context) -> dict[str, Any]:
     }
 
 
+def _option(ctx: Context, decision: Decision | None) -> dict[str, Any]:
+    """A ladder: the model option (size) that runs and what it reads; nothing for one model
+    (its status reads as it always did)."""
+    if not ctx.manifest.is_ladder:
+        return {}
+    name = ctx.active_option(decision)
+    verdict = decision.option_verdict(name) if decision and name else None
+    if verdict is None:
+        return {"option": None}
+    return {
+        "option": {
+            "name": verdict.option,
+            "title": verdict.title,
+            "parameters": verdict.parameters,
+            "reads": list(verdict.inputs),
+        }
+    }
+
+
 def _serving(ctx: Context, decision: Decision | None, context: int) -> dict[str, Any] | None:
     """The serving plan at the context the server runs with (the operator's setting, when it
     differs from the selector's: the slots are planned again for it, as the daemon does)."""
@@ -58,8 +78,9 @@ def _serving(ctx: Context, decision: Decision | None, context: int) -> dict[str,
         return None
     from snapbuild.serving.plan import serving_plan  # not launch: status needs no FastAPI
 
-    winner = decision.candidate(selected.engine)
-    plan = serving_plan(ctx.manifest, selected, context, winner.memory if winner else None)
+    winner = decision.winner()
+    served = ctx.view(selected.option)  # a ladder: the option that runs, as a single model
+    plan = serving_plan(served, selected, context, winner.memory if winner else None)
     return plan.to_data() if plan else None
 
 
@@ -87,8 +108,14 @@ def status_text(data: dict[str, Any]) -> str:
         engine += f" ({data['runtime']} on {data['device']}, {data['quantization']})"
         if data["forced"]:
             engine += " [forced]"
+    option: dict[str, Any] = data.get("option") or {}
+    size = (
+        f" ({option['title'] or option['name']}, reads {'+'.join(option['reads'])})"
+        if option
+        else ""
+    )
     lines = [
-        f"model:        {data['model']}",
+        f"model:        {data['model']}{size}",
         f"engine:       {engine}",
         f"service:      {service['name']} ({state})",
         f"endpoint:     {data['endpoint']}",

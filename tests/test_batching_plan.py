@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.manifests import GEMMA3_4B
 from support.tiny_models import write_tiny_openvino_gguf
 
 from hwprobe import probe
@@ -160,7 +161,7 @@ def test_continuous_batching_without_a_block_size_is_refused(tmp_path: Path) -> 
 )
 def test_the_decision_records_the_plan(machine: str, sequences: int) -> None:
     host = probe(root=MACHINES / machine / "machine-root")
-    decision = select(load_manifest("gemma3"), host, engine="openvino-gpu")
+    decision = select(load_manifest(GEMMA3_4B), host, engine="openvino-gpu")
     assert decision.selected is not None
     plan = decision.selected.batching
     candidate = decision.candidate("openvino-gpu")

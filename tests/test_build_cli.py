@@ -67,7 +67,7 @@ def test_vendored_source_ships_the_snap_without_the_trial(capsys, tmp_path: Path
     assert not [p for p in src.rglob("*") if "standin" in p.name or "trial" in p.parts]
     own = sorted(p.name for p in (here / "snaps").glob("*.py"))
     assert sorted(p.name for p in (src / "snaps").glob("*.py")) == own
-    assert (src / "snapbuild" / "engine_data.py").is_file()
+    assert (src / "snapbuild" / "project" / "engine_data.py").is_file()
     probe = (
         "import importlib, importlib.util, pkgutil, snaps\n"
         "for m in pkgutil.iter_modules(snaps.__path__):\n"

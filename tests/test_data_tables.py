@@ -5,32 +5,18 @@ message that names the key and what is wrong."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import gguf
 import pytest
 from pydantic import ValidationError
+from support.tables import changed
 
 from runtimes.catalog import load_catalog
 from snapbuild.estimate.gguf_shape import SwaLayouts, sliding_layers, swa_periods
 from snapbuild.estimate.llama import LlamaRun
 from snapbuild.estimate.tables import LlamaMemoryTable, llama_memory, read_data
 from snapbuild.manifest.spdx import LicenseFile, license_problem, license_table, spdx_id
-
-
-def _changed(data: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
-    """A deep copy of ``data`` with the value at ``path`` replaced (None: the key removed)."""
-    out = copy.deepcopy(data)
-    node = out
-    for key in path[:-1]:
-        node = node[key]
-    if value is None:
-        del node[path[-1]]
-    else:
-        node[path[-1]] = value
-    return out
-
 
 # --------------------------------------------------------------------------- llama_cpp_memory
 
@@ -74,7 +60,7 @@ def test_a_broken_llama_memory_table_is_rejected(
     data = read_data("llama_cpp_memory.yaml")
     assert LlamaMemoryTable.model_validate(data) == llama_memory()
     with pytest.raises(ValidationError, match=message):
-        LlamaMemoryTable.model_validate(_changed(data, path, value))
+        LlamaMemoryTable.model_validate(changed(data, path, value))
 
 
 # --------------------------------------------------------------------------- swa_layouts
@@ -101,7 +87,7 @@ def test_a_broken_swa_table_is_rejected(path: tuple[str, ...], value: Any, messa
     data = read_data("swa_layouts.yaml")
     assert SwaLayouts.model_validate(data).architectures["gemma3"].period == 6
     with pytest.raises(ValidationError, match=message):
-        SwaLayouts.model_validate(_changed(data, path, value))
+        SwaLayouts.model_validate(changed(data, path, value))
 
 
 # --------------------------------------------------------------------------- snapd_licenses
@@ -128,4 +114,4 @@ def test_a_broken_licence_table_is_rejected(key: str, entry: str, message: str) 
     data = read_data("snapd_licenses.yaml")
     assert LicenseFile.model_validate(data).spdx_list_version == "3.11"
     with pytest.raises(ValidationError, match=message):
-        LicenseFile.model_validate(_changed(data, (key,), [*data[key], entry]))
+        LicenseFile.model_validate(changed(data, (key,), [*data[key], entry]))

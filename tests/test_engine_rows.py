@@ -50,9 +50,10 @@ def test_an_engine_the_decision_does_not_know_is_listed_as_unknown() -> None:
     stale = decision.model_copy(update={"candidates": decision.candidates[:1]})
     rows = engine_rows(stale, manifest.engines)
     assert rows[1].compatible and rows[1].active
-    # engine, runtime, device, quantization, compatible, rank, active, required, available, summary
+    # engine, runtime, device, quantization, compatible, rank, active, required, available,
+    # summary, option (a single model's rows run none)
     unknown = ("cuda", "llama.cpp-cuda", None, None, False, None, False, None, None)
-    assert astuple(rows[0]) == (*unknown, manifest.engines[0].summary)
+    assert astuple(rows[0]) == (*unknown, manifest.engines[0].summary, None)
     assert (rows[0].memory, rows[0].fits) == ("-", "unknown")
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import gguf
 import pytest
 from support.gguf_shapes import write_shape_gguf
+from support.manifests import GEMMA3_4B
 from support.tiny_models import smollm2_gguf_path
 
 from snapbuild.cli import cli, run_cli
@@ -34,7 +35,7 @@ def test_kv_cache_formula_without_sliding_window() -> None:
 
 
 def test_kv_cache_counts_sliding_window_layers_at_their_window() -> None:
-    manifest = load_manifest("gemma3")
+    manifest = load_manifest(GEMMA3_4B)
     shape = shape_from_facts(manifest.model, 1)
     assert shape is not None
     per_cell = 2 * 4 * 256 * 2  # K and V x 4 KV heads x head size 256 x f16

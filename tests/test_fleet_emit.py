@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from support.fleet import FLEET_DATA, assert_golden, run_fleet
+from support.manifests import GEMMA3_4B
 
 from hwprobe.profile import HostProfile
 from snapbuild.fleet.emit import emit_ansible, emit_cloud_init, planned_inventory
@@ -52,7 +53,7 @@ def syntax_check(folder: Path) -> subprocess.CompletedProcess[str]:
 
 def emit(capsys: pytest.CaptureFixture[str], kind: str, folder: Path, *extra: str) -> None:
     result = run_fleet(
-        capsys, "plan", "gemma3", "fleet.jsonl", "--json", "--emit", kind, str(folder), *extra
+        capsys, "plan", GEMMA3_4B, "fleet.jsonl", "--json", "--emit", kind, str(folder), *extra
     )
     assert result.code == 3  # riscv-01 and tiny-01/02 get no engine; the files are written anyway
     assert json.loads(result.out)["model"] == "gemma3"
@@ -99,7 +100,7 @@ def test_planned_inventory_groups(capsys: pytest.CaptureFixture[str], tmp_path: 
     inventory = yaml.safe_load((tmp_path / "inventory.yml").read_text())
     planned = inventory["all"]["children"]["snapbuild_planned"]["children"]
     engines = {g: (sorted(v["hosts"]), v["vars"]["snapbuild_engine"]) for g, v in planned.items()}
-    plan = json.loads(run_fleet(capsys, "plan", "gemma3", "fleet.jsonl", "--json").out)
+    plan = json.loads(run_fleet(capsys, "plan", GEMMA3_4B, "fleet.jsonl", "--json").out)
     expected: dict[str, list[str]] = {}
     for host in plan["hosts"]:
         if host["selected"]:
@@ -154,7 +155,7 @@ def test_odd_hostnames_stay_data(tmp_path: Path) -> None:
     )
     inventory = Inventory()
     inventory.add_host(odd, "test", None, inventory.add_profile(profile))
-    plan = plan_fleet(load_manifest("gemma3"), inventory)
+    plan = plan_fleet(load_manifest(GEMMA3_4B), inventory)
     emit_ansible(plan, tmp_path / "a")
     emit_cloud_init(plan, tmp_path / "c")
     loaded = yaml.safe_load((tmp_path / "a" / "inventory.yml").read_text())

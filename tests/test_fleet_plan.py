@@ -13,6 +13,7 @@ from typing import get_args
 import pytest
 from pydantic import ValidationError
 from support.fleet import FLEET_DATA, assert_golden, run_fleet
+from support.manifests import GEMMA3_4B
 
 from hwprobe.profile import HostProfile
 from snapbuild.fleet.advice import (
@@ -25,11 +26,12 @@ from snapbuild.fleet.advice import (
     counterfactuals,
     read_table,
 )
-from snapbuild.fleet.planner import default_selector, plan_fleet
+from snapbuild.fleet.planner import FleetPlan, default_selector, plan_fleet
 from snapbuild.fleet.readers import read_inventories
 from snapbuild.manifest.loader import load_manifest
 from snapbuild.manifest.model import Manifest
 from snapbuild.selection.decision import Decision
+from snapbuild.selection.tables import packaged_tables
 
 SKIPPED_JSONL = [
     "skipped fleet.jsonl:8: invalid JSON: Expecting value (column 36); write one complete JSON "
@@ -53,7 +55,7 @@ def in_fleet_data(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_machines_gemma3_json(capsys: pytest.CaptureFixture[str]) -> None:
     """Every shared machine: the sifive board (riscv64) gets no engine, so exit 3."""
-    result = run_fleet(capsys, "plan", "gemma3", "../machines", "--json")
+    result = run_fleet(capsys, "plan", GEMMA3_4B, "../machines", "--json")
     assert result.code == 3
     assert result.err == (
         "Error: 1 of 16 hosts get no engine (the plan above covers every host)\n"
@@ -138,7 +140,7 @@ def test_text_output_smollm2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_csv_output(capsys: pytest.CaptureFixture[str]) -> None:
-    result = run_fleet(capsys, "plan", "gemma3", "fleet.jsonl", "ansible/inventory.yml", "--csv")
+    result = run_fleet(capsys, "plan", GEMMA3_4B, "fleet.jsonl", "ansible/inventory.yml", "--csv")
     assert result.code == 3
     rows = list(csv.reader(io.StringIO(result.out)))
     assert rows[0][:3] == ["hostname", "source", "engine"]
@@ -147,7 +149,7 @@ def test_csv_output(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_all_planned_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
-    result = run_fleet(capsys, "plan", "gemma3", "ansible/profiles/raspberry-pi-5.json", "--json")
+    result = run_fleet(capsys, "plan", GEMMA3_4B, "ansible/profiles/raspberry-pi-5.json", "--json")
     assert result.code == 0
     assert result.err == ""
     data = json.loads(result.out)
@@ -168,7 +170,7 @@ def test_each_distinct_profile_is_decided_once(tmp_path: Path) -> None:
         calls.append(host)
         return real(manifest, host)
 
-    manifest = load_manifest("gemma3")
+    manifest = load_manifest(GEMMA3_4B)
     plan = plan_fleet(manifest, read_inventories([tmp_path / "big.jsonl"]), selector=counting)
     assert len(calls) == 3
     for index in (0, 1, 2, 299):
@@ -180,19 +182,19 @@ def test_each_distinct_profile_is_decided_once(tmp_path: Path) -> None:
 def test_near_memory_limit_margin(capsys: pytest.CaptureFixture[str]) -> None:
     """asus-ux301l keeps less than 10% of its memory free on gemma3; a 1% margin clears it."""
     machine = "../machines/asus-ux301l"
-    tight = json.loads(run_fleet(capsys, "plan", "gemma3", machine, "--json").out)
+    tight = json.loads(run_fleet(capsys, "plan", GEMMA3_4B, machine, "--json").out)
     memory = tight["hosts"][0]["selected"]["memory"]
     assert memory["margin"] == memory["available"] - memory["required"]
     assert memory["margin"] < 0.1 * memory["available"]
     assert memory["near-limit"] is True
     assert tight["summary"]["near-memory-limit"]["hosts"] == 1
-    loose = run_fleet(capsys, "plan", "gemma3", machine, "--json", "--near-margin", "1")
+    loose = run_fleet(capsys, "plan", GEMMA3_4B, machine, "--json", "--near-margin", "1")
     assert json.loads(loose.out)["summary"]["near-memory-limit"]["hosts"] == 0
 
 
 def test_more_ram_advice_reports_the_smallest_upgrade(capsys: pytest.CaptureFixture[str]) -> None:
     """tiny-01/02 (2 GiB free) fit gemma3 with 8 GiB more; the 16 GiB change is not repeated."""
-    result = run_fleet(capsys, "plan", "gemma3", "fleet.jsonl", "--json")
+    result = run_fleet(capsys, "plan", GEMMA3_4B, "fleet.jsonl", "--json")
     advice = json.loads(result.out)["summary"]["advice"]
     ram = [a for a in advice if a["change"].startswith("ram-")]
     assert [(a["change"], a["hosts"], a["from"]) for a in ram] == [("ram-8g", 2, None)]
@@ -200,10 +202,10 @@ def test_more_ram_advice_reports_the_smallest_upgrade(capsys: pytest.CaptureFixt
 
 
 def test_bad_usage(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    both = run_fleet(capsys, "plan", "gemma3", "fleet.jsonl", "--json", "--csv")
+    both = run_fleet(capsys, "plan", GEMMA3_4B, "fleet.jsonl", "--json", "--csv")
     assert (both.code, both.out) == (2, "")
     assert both.err == ("Error: --json and --csv are exclusive\nFix: pick one output format\n")
-    nothing = run_fleet(capsys, "plan", "gemma3", str(tmp_path / "none.jsonl"))
+    nothing = run_fleet(capsys, "plan", GEMMA3_4B, str(tmp_path / "none.jsonl"))
     assert (nothing.code, nothing.out) == (2, "")
     assert nothing.err == (
         f"skipped {tmp_path / 'none.jsonl'}: no such file or folder\n"
@@ -294,3 +296,44 @@ def test_the_fast_json_encoder_writes_exactly_the_plan_data() -> None:
     expected = plan_data(plan, advice)
     assert expected["hosts"] and expected["errors"] and expected["summary"]
     assert json.loads(to_json(plan, advice)) == json.loads(json.dumps(expected))
+
+
+def test_a_fleet_is_planned_under_the_tables_its_selector_was_given() -> None:
+    """Without llama.cpp's Vulkan build in the catalog, ws-01's AMD GPU (gfx1032, not a ROCm
+    target) has no engine left and the workstation moves to its Intel integrated GPU; every other
+    host keeps its engine, and the packaged tables still give ws-01 Vulkan."""
+    packaged = packaged_tables()
+    runtimes = tuple(r for r in packaged.catalog.runtimes if r.id != "llama.cpp-vulkan")
+    catalog = packaged.catalog.model_copy(update={"runtimes": runtimes})
+    selector = default_selector(tables=packaged.model_copy(update={"catalog": catalog}))
+    inventory = read_inventories([Path("fleet.jsonl")])
+    manifest = load_manifest(GEMMA3_4B)
+
+    def engines(plan: FleetPlan) -> list[tuple[str, str | None]]:
+        return [
+            (h.hostname, (plan.outcome_of(h.key).selected or {}).get("engine"))
+            for h in inventory.hosts
+        ]
+
+    plan = plan_fleet(manifest, inventory, selector=selector)
+    packaged_plan = plan_fleet(manifest, inventory, selector=default_selector())
+    kiosks = [(name, "openvino-gpu") for name in ("kiosk-01", "kiosk-02", "kiosk-03")]
+    rest = [("pi-01", "cpu-arm64"), ("pi-02", "cpu-arm64")]
+    rest += [(name, None) for name in ("riscv-01", "tiny-01", "tiny-02")]
+    assert engines(plan) == [
+        *kiosks,
+        ("kiosk-npu-01", "openvino-gpu"),
+        ("ws-01", "openvino-gpu"),
+        *rest,
+    ]
+    assert engines(packaged_plan) == [
+        *kiosks,
+        ("kiosk-npu-01", "openvino-gpu"),
+        ("ws-01", "vulkan"),
+        *rest,
+    ]
+    ws = next(h.key for h in inventory.hosts if h.hostname == "ws-01")
+    assert plan.outcome_of(ws).reasons == (
+        "openvino-gpu runs on the integrated GPU, runner-up cpu-avx2 on the CPU: accelerator "
+        "class decides first",
+    )

@@ -22,6 +22,7 @@ from snapbuild.selection.decision import Selected
 from snapbuild.selection.selector import select
 from snapbuild.serving.launch import serve_options
 from snapbuild.serving.offload import device_choice
+from snapcommon.errors import UsageError
 from snaps.manager import forced_selection
 
 LAVAPIPE = "epyc-kvm+lavapipe"
@@ -107,6 +108,19 @@ def test_the_forced_plan_is_made_in_the_devices_reported_memory(lavapipe_host: H
     assert selected.serving is not None
     assert selected.serving.required <= 2 * 2**30 < forced_plan_at(16, lavapipe_host)
     assert 1 <= selected.serving.slots < 16  # the GPU's preferred 16 slots do not fit in 2 GiB
+
+
+def test_a_forced_ladder_size_is_planned_for_that_size(lavapipe_host: HostProfile) -> None:
+    """gemma3 is a ladder: forcing Vulkan on lavapipe runs the size asked, its own model shape
+    planned in the device's 2 GiB; a size the ladder lacks is refused."""
+    ladder = load_manifest("gemma3")
+    decision = select(ladder, lavapipe_host)
+    small = forced_selection(decision, "vulkan", ladder, "270m").selected
+    assert small is not None and (small.engine, small.option) == ("vulkan", "270m")
+    assert small.serving is not None and small.serving.required <= 2 * 2**30
+    assert "forced by the user (`use-model --force`)" in small.why
+    with pytest.raises(UsageError, match="not in this snap"):
+        forced_selection(decision, "vulkan", ladder, "99b")
 
 
 def forced_plan_at(slots: int, host: HostProfile) -> int:
@@ -280,3 +294,20 @@ def test_the_child_keeps_the_gpu_2404_wrappers_environment(tmp_path: Path) -> No
     assert env["XDG_DATA_DIRS"] == wrapper["XDG_DATA_DIRS"]
     assert env["VK_LAYER_PATH"] == wrapper["VK_LAYER_PATH"]
     assert env["CUDA_VISIBLE_DEVICES"] == "0"
+
+
+def test_serve_force_takes_the_option_asked_else_the_size_the_selector_runs(
+    lavapipe_host: HostProfile,
+) -> None:
+    """`snapbuild serve gemma3 --engine vulkan --force [--option O]`: the manifest that serves is
+    that size's view, the forced winner runs it."""
+    from snapbuild.commands.serving import _choose_engine
+
+    ladder = load_manifest("gemma3")
+    view, selected, _ = _choose_engine(ladder, lavapipe_host, "vulkan", "1b", True)
+    assert (selected.engine, selected.option, view.name) == ("vulkan", "1b", ladder.name)
+    assert view.engine("vulkan") is not None and not view.is_ladder
+    _, auto, _ = _choose_engine(ladder, lavapipe_host, "vulkan", None, True)
+    assert (auto.engine, auto.option) == ("vulkan", "4b")  # 4b/cpu-avx2 is the selector's pick
+    with pytest.raises(UsageError, match="--force needs --engine"):
+        _choose_engine(ladder, lavapipe_host, None, None, True)

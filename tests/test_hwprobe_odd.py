@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,10 @@ import pytest
 from support.hwprobe import Machine, x86_cpuinfo
 
 import hwprobe
+from hwprobe._fs import RootFS
 from hwprobe.nvidia import query_nvml
-from hwprobe.probes import probe_host
+from hwprobe.pci import classify, read_device
+from hwprobe.probes import probe_gpus, probe_host
 
 
 def test_container_without_sys_has_no_gpus_and_says_why(tmp_path: Path) -> None:
@@ -211,6 +214,24 @@ def test_intel_arc_with_xe_reports_local_memory(tmp_path: Path) -> None:
     (gpu,) = hwprobe.probe(str(machine.root)).gpus
     assert (gpu.integrated, gpu.vram) == (False, 12884901888)
     assert gpu.pci is not None and (gpu.pci.driver, gpu.pci.numa_node) == ("xe", None)
+
+
+def test_a_gpu_vendor_without_a_probe_gets_the_pci_tables_facts_alone(tmp_path: Path) -> None:
+    machine = Machine(tmp_path).basics().pci("0000:01:00.0", 0x030000, 0x1002, 0x73E1)
+    fs = RootFS(str(machine.root))
+    device = read_device(fs, "0000:01:00.0")
+    item = classify(device) if device else None
+    assert item is not None and item.vendor is not None
+    other = dataclasses.replace(item, vendor=dataclasses.replace(item.vendor, name="newgpu"))
+    (gpu,) = probe_gpus(fs, [other], None)
+    assert (gpu.vendor, gpu.name, gpu.integrated, gpu.unified_memory, gpu.vram) == (
+        "newgpu",
+        "Radeon PRO W6600M",
+        None,
+        False,
+        None,
+    )
+    assert fs.warnings == []  # no vendor source was read for it
 
 
 def _nvidia_machine(tmp_path: Path) -> Machine:

@@ -7,8 +7,10 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from support.manifests import GEMMA3_4B
 
 from runtimes.catalog import load_catalog
+from snapbuild.manifest.ladder import option_facts, views
 from snapbuild.manifest.loader import load_manifest, manifest_to_yaml, parse_manifest
 from snapbuild.manifest.model import Artifact, Manifest
 from snapbuild.paths import manifests_dir
@@ -32,12 +34,13 @@ def test_engines_run_their_artifact_format(name: str) -> None:
     manifest = load_manifest(name)
     catalog = load_catalog()
     pairs = []
-    for engine in manifest.engines:
-        entry = catalog.get(engine.runtime)
-        assert entry is not None
-        fmt = manifest.artifact(engine.artifact).format
-        pairs.append((engine.name, fmt in entry.formats, manifest.model.kind in entry.capabilities))
-    assert pairs == [(e.name, True, True) for e in manifest.engines]
+    for view in views(manifest):  # a ladder: every option's engines, resolved
+        for engine in view.engines:
+            entry = catalog.get(engine.runtime)
+            assert entry is not None
+            fmt = view.weights(engine).format
+            pairs.append((engine.name, fmt in entry.formats, view.model.kind in entry.capabilities))
+    assert pairs == [(e.name, True, True) for v in views(manifest) for e in v.engines]
 
 
 def test_smollm2_points_at_the_installed_file() -> None:
@@ -55,8 +58,62 @@ def test_smollm2_points_at_the_installed_file() -> None:
     )
 
 
-def test_gemma3_facts_and_placeholders_are_explicit() -> None:
+def test_gemma3_is_a_ladder_of_five_sizes_with_their_own_facts() -> None:
+    """Google's config.json of each size: layers, query and KV heads, head size, hidden and
+    feed-forward widths, trained context, window, local layers; images from 4b up; every
+    download a placeholder (sizes from the listings, checksums unverified)."""
     manifest = load_manifest("gemma3")
+    table = {}
+    for option in manifest.options:
+        f = option_facts(manifest, option)
+        table[option.name] = (
+            f.layers,
+            f.attention_heads,
+            f.kv_heads,
+            f.head_size,
+            f.embedding_size,
+            f.feed_forward_size,
+            f.context_length,
+            f.sliding_window,
+            f.sliding_window_layers,
+            f.vocab_size,
+            f.vision is not None,
+        )
+    assert table == {
+        "27b": (62, 32, 16, 128, 5376, 21504, 131072, 1024, 52, 262144, True),
+        "12b": (48, 16, 8, 256, 3840, 15360, 131072, 1024, 40, 262144, True),
+        "4b": (34, 8, 4, 256, 2560, 10240, 131072, 1024, 29, 262144, True),
+        "1b": (26, 4, 1, 256, 1152, 6912, 32768, 512, 22, 262144, False),
+        "270m": (18, 4, 1, 256, 640, 2048, 32768, 512, 15, 262144, False),
+    }
+    assert all(f.placeholder for a in manifest.artifacts for f in a.files)
+    per_option = {
+        v.view_of: sorted((a.quantization, a.role) for a in v.artifacts) for v in views(manifest)
+    }
+    assert per_option == {
+        "27b": [("F16", "projector"), ("Q4_K_M", "weights"), ("Q8_0", "weights")],
+        "12b": [("F16", "projector"), ("Q4_K_M", "weights"), ("Q8_0", "weights")],
+        "4b": [
+            ("F16", "projector"),
+            ("Q4_K_M", "weights"),
+            ("Q8_0", "weights"),
+            ("int4", "weights"),
+        ],
+        "1b": [("Q4_K_M", "weights"), ("Q8_0", "weights")],
+        "270m": [("Q4_K_M", "weights"), ("Q8_0", "weights")],
+    }
+    # only 4b has an OpenVINO IR: the OpenVINO engines run it alone
+    assert {v.view_of: len(v.engines) for v in views(manifest)} == {
+        "27b": 9,
+        "12b": 9,
+        "4b": 11,
+        "1b": 9,
+        "270m": 9,
+    }
+
+
+def test_gemma3_4b_facts_and_placeholders_are_explicit() -> None:
+    manifest = load_manifest(GEMMA3_4B)
     facts = manifest.model
     assert (
         facts.layers,
@@ -92,7 +149,7 @@ def test_embeddings_manifest_uses_onnxruntime() -> None:
 
 
 def test_gemma3_says_what_each_engine_takes_in() -> None:
-    manifest = load_manifest("gemma3")
+    manifest = load_manifest(GEMMA3_4B)
     projector = manifest.artifact("gemma3-mmproj-f16")
     assert (projector.role, projector.inputs, projector.format) == (
         "projector",
@@ -124,9 +181,7 @@ def test_gemma3_says_what_each_engine_takes_in() -> None:
 def test_projector_references_are_checked(change: dict[str, str], message: str) -> None:
     import yaml
 
-    from snapbuild.paths import manifests_dir
-
-    data = yaml.safe_load((manifests_dir() / "gemma3.yaml").read_text(encoding="utf-8"))
+    data = yaml.safe_load(Path(GEMMA3_4B).read_text(encoding="utf-8"))
     ((path, value),) = change.items()
     key = path.split(".")[1]
     data["engines"][0][key] = value

@@ -46,19 +46,19 @@ def test_record_in_the_shipped_gemma3_manifest_changes_only_that_entry() -> None
         f'        sha256: "{ZEROS}"\n'
         '        size: 2490000000   # "2.49 GB" on the repository page\n'
         "        placeholder: true\n"
-        "  - name: gemma3-q8-0\n"
+        "  - name: gemma3-4b-q8-0\n"
     )
     new = (
         f'        sha256: "{SHA}"\n'
         '        size: 123          # "2.49 GB" on the repository page\n'
-        "  - name: gemma3-q8-0\n"
+        "  - name: gemma3-4b-q8-0\n"
     )
     assert text.count(old) == 1
     edited = record_in_text(
-        text, "gemma3-q4-k-m", "gemma-3-4b-it-Q4_K_M.gguf", sha256=SHA, size=123
+        text, "gemma3-4b-q4-k-m", "gemma-3-4b-it-Q4_K_M.gguf", sha256=SHA, size=123
     )
     assert edited == text.replace(old, new)
-    got = parse_manifest(edited).artifact("gemma3-q4-k-m").files[0]
+    got = parse_manifest(edited).artifact("gemma3-4b-q4-k-m").files[0]
     assert (got.sha256, got.size, got.placeholder) == (SHA, 123, False)
 
 

@@ -44,7 +44,11 @@ def tree() -> ComponentTree:
 def test_the_tree_has_the_recipe_and_the_layout_the_loader_reads(tree: ComponentTree) -> None:
     stamp = json.loads((tree.root / STAMP).read_text())
     _, recipe, _ = recipe_for(load_catalog(), "llama.cpp-cpu")
-    assert stamp["recipe"] == built_from(recipe)
+    built, wanted = dict(stamp["recipe"]), built_from(recipe)
+    # a tree built when the pin was abbreviated is the same build (native.built_before)
+    assert recipe.source_commit.startswith(built.pop("source_commit"))
+    wanted.pop("source_commit")
+    assert built == wanted
     assert tree.problems() == []
     assert tree.library_dirs[0] == tree.root / "usr" / "lib"
     libs = sorted(p.name for p in (tree.root / "usr" / "lib").glob("lib*.so"))
@@ -105,8 +109,8 @@ def running_try(tmp_path: Path, tree: ComponentTree) -> Iterator[tuple[Path, lis
         port = str(sock.getsockname()[1])
     env = {k: v for k, v in os.environ.items() if k != ROOT_VAR}  # found through the venv link
     proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "snapbuild"), "try", "smollm2", "--port", port,
-         "--work-dir", str(work), "--keep-running"],
+        [str(Path(sys.executable).parent / "snapbuild"), "try", "smollm2", "--as", "trial",
+         "--port", port, "--work-dir", str(work), "--keep-running"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )  # fmt: skip
     lines: list[str] = []

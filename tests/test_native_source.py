@@ -58,3 +58,25 @@ def test_an_archive_without_the_vendored_tree_is_a_clear_error(tmp_path: Path) -
     _sdist(tmp_path / "sdist" / "llama_cpp_python-9.9.9.tar.gz", {"x-9.9.9/setup.py": b""})
     with pytest.raises(UsageError, match="vendors no llama.cpp tree"):
         fetch_source("llama-cpp-python==9.9.9", tmp_path)
+
+
+def test_a_tree_stamped_with_the_abbreviated_commit_is_the_same_build(tmp_path: Path) -> None:
+    """Lengthening the pin to the full hash keeps using the tree built under the short one (a
+    llama.cpp build takes tens of minutes); another archive or other parameters do not."""
+    import json
+
+    from runtimes.catalog import load_catalog
+    from snapbuild.recipes.native import NativeSource, built_before, built_from, recipe_for
+
+    component, recipe, _ = recipe_for(load_catalog(), "llama.cpp-cpu")
+    source = NativeSource(tmp_path / "src", "d" * 64)
+    old = tmp_path / "components" / f"{component}-0123456789abcdef"
+    old.mkdir(parents=True)
+    record = {"recipe": {**built_from(recipe), "source_commit": recipe.source_commit[:9]}}
+    (old / "snapbuild-native.json").write_text(json.dumps({**record, "source": source.digest}))
+    assert built_before(tmp_path / "components", component, recipe, source) == old
+    other = NativeSource(source.tree, "e" * 64)
+    assert built_before(tmp_path / "components", component, recipe, other) is None
+    record["recipe"]["cmake_parameters"] = ["-DGGML_NATIVE=ON"]
+    (old / "snapbuild-native.json").write_text(json.dumps({**record, "source": source.digest}))
+    assert built_before(tmp_path / "components", component, recipe, source) is None

@@ -72,3 +72,30 @@ def test_define_must_be_name_equals_value() -> None:
     assert native._define("CMAKE_CUDA_ARCHITECTURES=90-real") == "CMAKE_CUDA_ARCHITECTURES=90-real"
     with pytest.raises(UsageError, match="is not NAME=VALUE"):
         native._define("-DFOO")
+
+
+def test_a_tree_stamped_with_the_abbreviated_commit_is_found_with_its_own_machine_inputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The full-hash pin (main) and the stand-ins' keys (toolkits) together: a GPU tree built
+    under the abbreviated pin with a stand-in is the same build for the same stand-in and
+    definitions, and for no other; plan_build points at it, so nothing is recompiled."""
+    import json
+
+    component, recipe, _ = native.recipe_for(load_catalog(), "llama.cpp-cuda")
+    cuda = toolkit_for("llama.cpp-cuda")
+    source = native.NativeSource(tmp_path / "src", "d" * 64)
+    inputs = native.machine_inputs(cuda, ())
+    old = tmp_path / "components" / f"{component}-0123456789abcdef"
+    old.mkdir(parents=True)
+    short = {**native.built_from(recipe), "source_commit": recipe.source_commit[:9]}
+    stamp = {"runtime": "llama.cpp-cuda", "recipe": short, "source": source.digest, **inputs}
+    (old / native.STAMP).write_text(json.dumps(stamp))
+    components = tmp_path / "components"
+    assert native.built_before(components, component, recipe, source, inputs) == old
+    assert native.built_before(components, component, recipe, source) is None  # no stand-in
+    defined = native.machine_inputs(cuda, ("CMAKE_CUDA_ARCHITECTURES=89-real",))
+    assert native.built_before(components, component, recipe, source, defined) is None
+    monkeypatch.setattr(native, "needed", lambda toolkit: True)  # this machine lacks cuBLAS
+    planned = native.plan_build("llama.cpp-cuda", cache=tmp_path, source=source)
+    assert planned.built and planned.root == old

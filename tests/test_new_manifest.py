@@ -169,11 +169,49 @@ def test_two_quantizations_make_two_artifacts(
         "cpu-q8-0",
         "cuda-q8-0",
     ]
-    other = write_shape_gguf(tmp_path / "other.gguf", dtype="F16", layers=3)
+    other = write_shape_gguf(tmp_path / "other.gguf", dtype="F16", layers=3, vocab=1000)
     code, _, err = _run(capsys, "new", str(f16), str(other), "-o", str(tmp_path / "x.yaml"))
     assert code == 2
     assert "other.gguf is not the same model as m-F16.gguf" in err
-    assert "layers: 2 in m-F16.gguf, 3 in other.gguf" in err
+    assert "vocab_size: 279 in m-F16.gguf, 1000 in other.gguf; sizes of one family share" in err
+
+
+def test_files_of_several_sizes_make_one_ladder(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Three files, two sizes: one option per size (largest first, named by parameters), one
+    artifact per file tagged with its option, the shared facts on the family, engines by
+    quantization; the ladder validates, selects and renders."""
+    small = write_shape_gguf(tmp_path / "s-F16.gguf", dtype="F16", layers=2, embedding=128)
+    big = write_shape_gguf(tmp_path / "b-F16.gguf", dtype="F16", layers=4, embedding=256)
+    big_q8 = write_shape_gguf(tmp_path / "b-Q8_0.gguf", dtype="Q8_0", layers=4, embedding=256)
+    result = _new(
+        capsys, str(small), str(big), str(big_q8), "--name", "fam", "-o", str(tmp_path / "f.yaml")
+    )
+    manifest = load_manifest(tmp_path / "f.yaml")
+    assert [(o.name, o.model.layers, o.model.embedding_size) for o in manifest.options] == [
+        ("2m", 4, 256),
+        ("547k", 2, 128),
+    ]
+    assert manifest.model.architecture == "llama" and manifest.model.vocab_size is not None
+    assert manifest.model.layers is None  # a per-size fact lives on the option
+    assert [(a.name, a.option, a.quantization) for a in manifest.artifacts] == [
+        ("fam-2m-f16", "2m", "F16"),
+        ("fam-2m-q8-0", "2m", "Q8_0"),
+        ("fam-547k-f16", "547k", "F16"),
+    ]
+    assert [(e.name, e.quantization, e.artifact) for e in manifest.engines][:3] == [
+        ("cpu", "F16", None),
+        ("cuda", "F16", None),
+        ("vulkan", "F16", None),
+    ]
+    assert manifest.min_tokens_per_second == 5.0
+    decided = result["decided"]
+    assert isinstance(decided, list) and "option 2m: b-F16.gguf, b-Q8_0.gguf" in decided
+    code, out, _ = _run(capsys, "validate", str(tmp_path / "f.yaml"))
+    assert (code, out.split(": ok ")[1]) == (0, "(fam, 2 model options, 12 engines)\n")
+    code, out, _ = _run(capsys, "make", str(tmp_path / "f.yaml"), "-o", str(tmp_path / "p"))
+    assert code == 0, out
 
 
 def test_gemma3_sliding_window_layers_come_from_the_layout_data(

@@ -70,7 +70,9 @@ def test_every_runtime_has_a_pinned_build_recipe() -> None:
         assert recipe is not None and (recipe.native or recipe.python), entry.id
         if recipe.native is not None:
             assert recipe.native.source.startswith("https://github.com/ggml-org/llama.cpp")
-            assert re.fullmatch(r"[0-9a-f]{7,40}", recipe.native.source_commit), entry.id
+            # the full hash with a shallow fetch, as craft-parts advises for large repositories
+            assert re.fullmatch(r"[0-9a-f]{40}", recipe.native.source_commit), entry.id
+            assert recipe.native.source_depth == 1, entry.id
         if recipe.python is not None:
             for package in recipe.python.python_packages:
                 assert PINNED.match(package), f"{entry.id}: {package} is not pinned"

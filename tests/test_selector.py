@@ -4,64 +4,18 @@ context step-down, experimental engines, forcing an engine, and purity."""
 from __future__ import annotations
 
 import pytest
+from support.hosts import GIB, host, intel_igpu, intel_npu, nvidia
+from support.manifests import GEMMA3_4B
 
 import hwprobe
-from hwprobe.profile import CpuFacts, GpuFacts, HostProfile, MemoryFacts, NpuFacts, PciIds
+from hwprobe.profile import HostProfile
 from snapbuild.manifest.loader import load_manifest
 from snapbuild.selection.selector import PRECEDENCE, select
 from snapcommon.errors import UsageError
 
-GIB = 1024**3
-AVX2 = ("avx", "avx2", "f16c", "fma", "sse4_2")
-
-
-def cpu(flags: tuple[str, ...] = AVX2, arch: str = "amd64") -> CpuFacts:
-    return CpuFacts(architecture=arch, vendor="GenuineIntel", flags=flags, threads=8)
-
-
-def nvidia(vram: int | None, device: str = "0x2504", cc: str | None = "8.6") -> GpuFacts:
-    pci = PciIds(slot="0000:01:00.0", pci_class="0x0300", vendor_id="0x10de", device_id=device)
-    return GpuFacts(
-        vendor="nvidia",
-        name="GeForce RTX",
-        pci=pci,
-        vram=vram,
-        compute_capability=cc,
-        integrated=False,
-    )
-
-
-def intel_igpu() -> GpuFacts:
-    pci = PciIds(slot="0000:00:02.0", pci_class="0x0300", vendor_id="0x8086", device_id="0x64a0")
-    return GpuFacts(vendor="intel", name="Arc 140V", pci=pci, integrated=True, unified_memory=True)
-
-
-def intel_npu(loaded: bool | None) -> NpuFacts:
-    pci = PciIds(slot="0000:00:0b.0", pci_class="0x1200", vendor_id="0x8086", device_id="0x643e")
-    return NpuFacts(
-        vendor="intel",
-        name="Intel NPU (Lunar Lake)",
-        pci=pci,
-        driver="intel_vpu",
-        driver_loaded=loaded,
-        llm_capable=True,
-    )
-
-
-def host(
-    *,
-    ram: int | None = 16 * GIB,
-    gpus: tuple[GpuFacts, ...] = (),
-    npus: tuple[NpuFacts, ...] = (),
-    flags: tuple[str, ...] = AVX2,
-) -> HostProfile:
-    return HostProfile(
-        cpus=(cpu(flags),), memory=MemoryFacts(total=ram, available=ram), gpus=gpus, npus=npus
-    )
-
 
 def test_nvidia_with_enough_vram_gets_cuda_and_q8_when_fast_enough() -> None:
-    decision = select(load_manifest("gemma3"), host(gpus=(nvidia(12 * GIB),)))
+    decision = select(load_manifest(GEMMA3_4B), host(gpus=(nvidia(12 * GIB),)))
     assert decision.selected is not None
     assert (decision.selected.engine, decision.selected.context_size) == ("cuda-q8", 8192)
     assert decision.selected.why == (
@@ -80,7 +34,7 @@ def test_nvidia_with_enough_vram_gets_cuda_and_q8_when_fast_enough() -> None:
 
 
 def test_small_nvidia_gpu_is_rejected_for_memory_with_both_figures() -> None:
-    decision = select(load_manifest("gemma3"), host(gpus=(nvidia(2 * GIB),)))
+    decision = select(load_manifest(GEMMA3_4B), host(gpus=(nvidia(2 * GIB),)))
     cuda = decision.candidate("cuda")
     assert cuda is not None and cuda.blockers == (
         "NVIDIA VRAM 2.0 GiB < 5.3 GiB needed even at the minimum context 2048 (5.4 GiB at 8192)",
@@ -90,7 +44,7 @@ def test_small_nvidia_gpu_is_rejected_for_memory_with_both_figures() -> None:
 
 def test_unknown_vram_is_accepted_with_a_warning_and_ranked_after_verified_fits() -> None:
     unknown = nvidia(None, device="0x9999", cc=None)
-    decision = select(load_manifest("gemma3"), host(gpus=(unknown,)))
+    decision = select(load_manifest(GEMMA3_4B), host(gpus=(unknown,)))
     assert decision.selected is not None and decision.selected.engine == "cuda"
     cuda = decision.candidate("cuda")
     assert cuda is not None and cuda.reasons[-1] == (
@@ -103,7 +57,7 @@ def test_unknown_vram_is_accepted_with_a_warning_and_ranked_after_verified_fits(
 
 def test_nominal_vram_of_a_known_device_is_used_when_nvml_is_missing() -> None:
     mx250 = nvidia(None, device="0x1d13", cc=None)
-    decision = select(load_manifest("gemma3"), host(gpus=(mx250,)))
+    decision = select(load_manifest(GEMMA3_4B), host(gpus=(mx250,)))
     cuda = decision.candidate("cuda")
     assert cuda is not None and cuda.blockers == (
         "NVIDIA VRAM (nominal for device 0x1d13, not read from the driver) 2.0 GiB < 5.3 GiB "
@@ -119,7 +73,7 @@ def test_avx_only_cpu_verdict() -> None:
 
 
 def test_npu_driver_not_loaded_is_not_selected() -> None:
-    decision = select(load_manifest("gemma3"), host(npus=(intel_npu(False),)))
+    decision = select(load_manifest(GEMMA3_4B), host(npus=(intel_npu(False),)))
     npu = decision.candidate("openvino-npu")
     assert npu is not None and npu.blockers == (
         "NPU driver not loaded (Intel NPU (Lunar Lake) at 0000:00:0b.0): install "
@@ -130,7 +84,7 @@ def test_npu_driver_not_loaded_is_not_selected() -> None:
 def test_npu_with_driver_ranks_after_the_integrated_gpu_and_after_image_reading_cpus() -> None:
     """gemma3 reads images; OpenVINO 2025.2 on the NPU would serve it text only, so the CPU
     engines (llama.cpp with the projector) rank above it despite the accelerator class."""
-    decision = select(load_manifest("gemma3"), host(gpus=(intel_igpu(),), npus=(intel_npu(True),)))
+    decision = select(load_manifest(GEMMA3_4B), host(gpus=(intel_igpu(),), npus=(intel_npu(True),)))
     ranked = [c.engine for c in decision.candidates if c.rank is not None]
     assert ranked == [
         "openvino-gpu",
@@ -159,7 +113,7 @@ def test_context_steps_down_to_the_largest_that_fits() -> None:
 
 
 def test_nothing_fits_means_no_engine() -> None:
-    decision = select(load_manifest("gemma3"), host(ram=GIB))
+    decision = select(load_manifest(GEMMA3_4B), host(ram=GIB))
     assert decision.selected is None
     assert all(not c.compatible for c in decision.candidates)
 
@@ -175,7 +129,7 @@ def test_experimental_engines_only_when_asked() -> None:
 
 
 def test_forcing_an_engine() -> None:
-    manifest = load_manifest("gemma3")
+    manifest = load_manifest(GEMMA3_4B)
     forced = select(manifest, host(gpus=(nvidia(12 * GIB),)), engine="cpu-avx2")
     assert forced.selected is not None and forced.selected.engine == "cpu-avx2"
     assert forced.selected.why == "cpu-avx2 was asked for by name and is compatible"
@@ -206,7 +160,7 @@ def test_cuda_engine_needs_nvidia_even_without_a_written_requirement() -> None:
 
 def test_a_vision_model_prefers_an_engine_that_reads_images_and_says_why() -> None:
     """The NPU outranks the CPU by accelerator class, but would serve gemma3 text only."""
-    full = load_manifest("gemma3")
+    full = load_manifest(GEMMA3_4B)
     manifest = full.model_copy(
         update={"engines": tuple(e for e in full.engines if e.name in ("openvino-npu", "cpu-avx2"))}
     )
@@ -230,7 +184,7 @@ def test_a_vision_model_prefers_an_engine_that_reads_images_and_says_why() -> No
 
 
 def test_projector_and_image_encoder_are_part_of_the_memory_fit() -> None:
-    full = load_manifest("gemma3")
+    full = load_manifest(GEMMA3_4B)
     engine = full.engine("cpu-avx2")
     assert engine is not None
     text_only = full.model_copy(
@@ -252,7 +206,7 @@ def test_projector_and_image_encoder_are_part_of_the_memory_fit() -> None:
 
 def test_when_only_the_text_model_fits_the_engine_serves_text_only() -> None:
     """3.5 GiB free: Q4_K_M fits at the minimum context, its projector and encoder do not."""
-    decision = select(load_manifest("gemma3"), host(ram=int(3.5 * GIB)))
+    decision = select(load_manifest(GEMMA3_4B), host(ram=int(3.5 * GIB)))
     assert decision.selected is not None
     assert (decision.selected.engine, decision.selected.inputs) == ("cpu-avx2", ("text",))
     cand = decision.candidate("cpu-avx2")
@@ -262,5 +216,5 @@ def test_when_only_the_text_model_fits_the_engine_serves_text_only() -> None:
         "serves text only"
     ) in cand.reasons
     assert cand.memory.weights == 2_490_000_000  # the projector is not loaded
-    roomy = select(load_manifest("gemma3"), host(ram=16 * GIB)).selected
+    roomy = select(load_manifest(GEMMA3_4B), host(ram=16 * GIB)).selected
     assert roomy is not None and roomy.inputs == ("text", "vision")

@@ -9,6 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from support.manifests import GEMMA3_4B
 
 import hwprobe
 from snapbuild.cli import cli, run_cli
@@ -93,12 +94,12 @@ def test_engines_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_why_not(capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(capsys, "why-not", "gemma3", "cpu-avx2", "--host-root", ARC) == (
+    assert run(capsys, "why-not", GEMMA3_4B, "cpu-avx2", "--host-root", ARC) == (
         0,
         "cpu-avx2 cannot run here:\n  - needs AVX2, FMA, F16C: CPU has AVX only\n",
         "",
     )
-    code, out, _ = run(capsys, "why-not", "gemma3", "vulkan", "--host-root", ARC)
+    code, out, _ = run(capsys, "why-not", GEMMA3_4B, "vulkan", "--host-root", ARC)
     assert out == (
         "vulkan is the selected engine: vulkan and runner-up openvino-gpu both reach the "
         "sufficient 40 tokens/s; Q4_K_M keeps more precision than int4\n"
@@ -106,9 +107,37 @@ def test_why_not(capsys: pytest.CaptureFixture[str]) -> None:
         "prompt-cache reuse from 256 tokens (10 of the preferred 16 slots fit (7.35 GiB of "
         "7.54 GiB))\n"
     )
-    code, out, err = run(capsys, "why-not", "gemma3", "metal", "--host-root", ARC)
+    code, out, err = run(capsys, "why-not", GEMMA3_4B, "metal", "--host-root", ARC)
     assert code == 2
     assert err.startswith("Error: gemma3 has no engine named 'metal'\n")
+
+
+def test_why_not_a_ladders_option(capsys: pytest.CaptureFixture[str]) -> None:
+    """A ladder's option: why that size does not run (each engine's blockers); an engine: on
+    the option that runs, or OPTION/ENGINE."""
+    code, out, _ = run(capsys, "why-not", "gemma3", "12b", "--host-root", ARC)
+    assert code == 0
+    assert out.splitlines()[:6] == [
+        "12b (12B parameters, 6.8 GiB, text+vision): runs here; vulkan: Intel VRAM 7.5 GiB < "
+        "10.7 GiB needed even at the minimum context 2048 (11.1 GiB at 8192); on cpu-x86-64 "
+        "~3.7 tokens/s here, below the 5 tokens/s floor",
+        "  - cpu-x86-64: rank 8",
+        "  - cuda: needs an NVIDIA GPU (llama.cpp-cuda): Intel Arc A580 at 0000:03:00.0 is "
+        "Intel, not NVIDIA",
+        "  - cuda-q8: needs an NVIDIA GPU (llama.cpp-cuda): Intel Arc A580 at 0000:03:00.0 is "
+        "Intel, not NVIDIA",
+        "  - rocm: needs an AMD GPU (llama.cpp-rocm): Intel Arc A580 at 0000:03:00.0 is Intel, "
+        "not AMD",
+        "  - vulkan: Intel VRAM 7.5 GiB < 10.7 GiB needed even at the minimum context 2048 "
+        "(11.1 GiB at 8192)",
+    ]
+    code, out, _ = run(capsys, "why-not", "gemma3", "27b/vulkan", "--host-root", ARC)
+    assert out == (
+        "27b/vulkan cannot run here:\n  - Intel VRAM 7.5 GiB < 20.3 GiB needed even at the "
+        "minimum context 2048 (20.9 GiB at 8192)\n"
+    )
+    code, out, _ = run(capsys, "why-not", "gemma3", "cpu-x86-64", "--host-root", ARC)
+    assert out.splitlines()[0] == "4b/cpu-x86-64 is compatible (rank 3) but 4b/vulkan ranks first:"
 
 
 def test_host_profile_file_gives_the_same_decision(
@@ -117,6 +146,7 @@ def test_host_profile_file_gives_the_same_decision(
     profile = tmp_path / "host.json"
     profile.write_text(hwprobe.probe(ARC).to_json(), encoding="utf-8")
     _, from_root, _ = run(capsys, "select", "gemma3", "--host-root", ARC, "--json")
+    assert json.loads(from_root)["selected"]["option"] == "4b"
     _, from_file, _ = run(capsys, "select", "gemma3", "--host", str(profile), "--json")
     assert json.loads(from_file) == json.loads(from_root)
 
@@ -165,7 +195,7 @@ def test_validate_the_shipped_manifests(capsys: pytest.CaptureFixture[str]) -> N
     # gemma3's `license: Gemma` is no SPDX id: a warning (the snap ships the licence as a doc)
     assert err.startswith(f"{names[0]}: warning: license: 'Gemma' is not an SPDX licence id")
     assert out == (
-        f"{names[0]}: ok (gemma3, 11 engines, 1 warning)\n"
+        f"{names[0]}: ok (gemma3, 5 model options, 11 engines, 1 warning)\n"
         f"{names[1]}: ok (minilm, 3 engines)\n"
         f"{names[2]}: ok (smollm2, 4 engines)\n"
     )

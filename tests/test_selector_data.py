@@ -24,7 +24,7 @@ from snapbuild.estimate.tables import (
 from snapbuild.manifest.loader import load_manifest
 from snapbuild.paths import manifests_dir
 from snapbuild.selection.hardware import Accel, HardwareTable, hardware_table
-from snapbuild.selection.ranking import CRITERIA, PRECEDENCE
+from snapbuild.selection.ranking import CRITERIA, LADDER_PRECEDENCE, PRECEDENCE
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -116,12 +116,15 @@ def test_nominal_vram_devices_have_a_bandwidth() -> None:
 
 def test_the_ranking_criteria_are_the_documented_precedence() -> None:
     """One criterion per numbered item of docs/selection.md's ranking, names unique, and the
-    precedence recorded in decisions is read from the criteria."""
+    precedence recorded in decisions is read from the criteria: a single model's without the
+    ladder's two, which come first."""
     doc = (REPO / "docs" / "selection.md").read_text(encoding="utf-8")
     section = doc.split("### Ranking", 1)[1].split("\n## ", 1)[0]
     assert len(re.findall(r"^\d+\. ", section, re.MULTILINE)) == len(CRITERIA)
     assert len({c.name for c in CRITERIA}) == len(CRITERIA)
-    assert tuple(c.precedence for c in CRITERIA) == PRECEDENCE
+    assert tuple(c.precedence for c in CRITERIA if not c.ladder) == PRECEDENCE
+    assert tuple(c.precedence for c in CRITERIA) == LADDER_PRECEDENCE
+    assert [c.name for c in CRITERIA if c.ladder] == ["speed-floor", "model-option"]
     assert CRITERIA[-1].name == "manifest-order"
 
 

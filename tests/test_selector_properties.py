@@ -1,17 +1,22 @@
 """Property tests: the selector is deterministic, independent of engine order except as the
-last tie-break, and never selects an incompatible engine or one that does not fit."""
+last tie-break, and never selects an incompatible engine or one that does not fit; for a ladder
+(``gemma3``), judged as (option x engine) pairs, the same holds pair by pair."""
 
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.manifests import GEMMA3_4B
 
 from hwprobe.profile import CpuFacts, GpuFacts, HostProfile, MemoryFacts, NpuFacts, PciIds
+from snapbuild.manifest.ladder import option_view
 from snapbuild.manifest.loader import load_manifest
 from snapbuild.manifest.model import Manifest
+from snapbuild.selection.ranking import Rung
 from snapbuild.selection.selector import Judged, judge, select
 
 MANIFESTS = {name: load_manifest(name) for name in ("gemma3", "smollm2", "minilm")}
+MANIFESTS["gemma3-4b"] = load_manifest(GEMMA3_4B)
 GIB = 1024**3
 FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f")
 
@@ -94,8 +99,9 @@ def test_never_selects_an_incompatible_or_unfitting_engine(host: HostProfile, na
     if decision.selected is None:
         assert not any(c.compatible for c in decision.candidates)
         return
-    winner = decision.candidate(decision.selected.engine)
+    winner = decision.winner()
     assert winner is not None and winner.compatible and winner.rank == 1 and not winner.blockers
+    assert winner.option == decision.selected.option
     mem = winner.memory
     assert mem is not None and mem.context_size == decision.selected.context_size
     if mem.available is not None:
@@ -114,14 +120,20 @@ def test_engine_order_only_breaks_exact_ties(host: HostProfile, name: str, rnd: 
         assert a.selected is None and b.selected is None
         return
 
-    def key(m: Manifest, engine: str) -> tuple[object, ...]:
+    def key(m: Manifest, engine: str, option: str | None) -> tuple[object, ...]:
         index = next(i for i, e in enumerate(m.engines) if e.name == engine)
-        judged: Judged = judge(m, m.engines[index], index, host, False)
+        view, rung = m, None
+        if option is not None:
+            view = option_view(m, option)
+            rung = Rung(option, [o.name for o in m.options].index(option), 5.0)
+        own = next(e for e in view.engines if e.name == engine)
+        judged: Judged = judge(view, own, index, host, False, None, rung)
         return judged.key()[:-1]  # every ranking key but manifest order
 
-    if a.selected.engine != b.selected.engine:
-        assert key(manifest, a.selected.engine) == key(manifest, b.selected.engine)
+    picks = [(d.selected.engine, d.selected.option) for d in (a, b)]
+    if picks[0] != picks[1]:
+        assert key(manifest, *picks[0]) == key(manifest, *picks[1])
     # the verdicts of each engine do not depend on where it sits in the file
-    by_name = {c.engine: c.model_copy(update={"rank": None}) for c in a.candidates}
+    by_name = {(c.engine, c.option): c.model_copy(update={"rank": None}) for c in a.candidates}
     for c in b.candidates:
-        assert c.model_copy(update={"rank": None}) == by_name[c.engine]
+        assert c.model_copy(update={"rank": None}) == by_name[(c.engine, c.option)]

@@ -9,6 +9,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from support.manifests import GEMMA3_4B
 
 from hwprobe import probe
 from runtimes.engine import LoadOptions
@@ -96,8 +97,8 @@ def test_the_decision_is_not_second_guessed() -> None:
 
 
 def test_a_continuous_batching_engine_gets_its_plan_and_block_size() -> None:
-    manifest = load_manifest("gemma3")
-    selected = _selected("gemma3", "i7-2600k+arc-a580", "openvino-gpu")
+    manifest = load_manifest(GEMMA3_4B)
+    selected = _selected(GEMMA3_4B, "i7-2600k+arc-a580", "openvino-gpu")
     assert selected.batching is not None and selected.batching.mode == "continuous"
     options = serve_options(
         manifest,
@@ -119,7 +120,7 @@ def test_a_continuous_batching_engine_gets_its_plan_and_block_size() -> None:
 def test_an_engine_the_manifest_lacks_is_a_usage_error() -> None:
     selected = _selected("smollm2", "i7-2600k+arc-a580", "cpu")
     with pytest.raises(UsageError, match="manifest 'gemma3' has no engine 'cpu'"):
-        serve_options(load_manifest("gemma3"), selected, artifact=WEIGHTS)
+        serve_options(load_manifest(GEMMA3_4B), selected, artifact=WEIGHTS)
 
 
 def test_serve_options_refuse_a_slot_context_that_is_not_the_served_one() -> None:

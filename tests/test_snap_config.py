@@ -52,8 +52,8 @@ def test_keys_are_normalized_to_snapd_option_names() -> None:
     assert err.value.brief == "unknown setting 'colour'"
     assert (
         err.value.resolution
-        == "Settings are port, host, context-size, engine, cors-origins, remote-images and "
-        "env.NAME."
+        == "Settings are port, host, context-size, engine, cors-origins, remote-images, model "
+        "and env.NAME."
     )
 
 

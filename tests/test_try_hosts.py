@@ -65,6 +65,8 @@ def test_nothing_fits_leaves_the_service_disabled(
             str(Path(sys.executable).parent / "snapbuild"),
             "try",
             str(manifest),
+            "--as",
+            "trial",
             "--work-dir",
             str(work),
         ],

@@ -165,7 +165,7 @@ def test_the_daemon_waits_for_components_then_serves(
     render(str(manifest_file), trial.project, None)
     snapcraft = assemble_prime(trial, "amd64")
     write_commands(trial)
-    assert stage_components(trial, manifest, ["cpu"], snapcraft) == []
+    assert stage_components(trial, manifest, [("cpu", None)], snapcraft) == []
     port = _free_port()
     assert trial.snapctl("set", f"port={port}").returncode == 0
     try:

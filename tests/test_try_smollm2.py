@@ -86,6 +86,8 @@ def tried(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Trial, str
             str(Path(sys.executable).parent / "snapbuild"),
             "try",
             "smollm2",
+            "--as",
+            "trial",
             "--work-dir",
             str(work),
             "--port",

@@ -52,7 +52,13 @@ def tried(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Trial, str
     png = write_png(models / "picture.png")
     work = tmp_path_factory.mktemp("try") / NAME
     port = free_port()
-    command = [str(Path(sys.executable).parent / "snapbuild"), "try", str(manifest)]
+    command = [
+        str(Path(sys.executable).parent / "snapbuild"),
+        "try",
+        str(manifest),
+        "--as",
+        "trial",
+    ]
     proc = subprocess.run(
         [*command, "--work-dir", str(work), "--port", str(port)],
         capture_output=True,

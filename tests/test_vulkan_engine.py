@@ -79,13 +79,15 @@ def vulkan_tree() -> ComponentTree:
 def forced(
     vulkan_tree: ComponentTree, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Trial, int]]:
-    """`snapbuild try smollm2`, then `smollm2 use-engine vulkan --force`, serving."""
+    """`snapbuild try smollm2 --as trial`, then `smollm2 use-engine vulkan --force`, serving
+    (the trial: `snapbuild pack` packs no GPU variant here, so the packed snap has no Vulkan
+    component to force)."""
     work = tmp_path_factory.mktemp("vulkan") / "smollm2"
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SNAPBUILD_HOST_")}
     tried = subprocess.run(
-        [str(Path(sys.executable).parent / "snapbuild"), "try", "smollm2", "--work-dir",
-         str(work), "--port", str(port)],
+        [str(Path(sys.executable).parent / "snapbuild"), "try", "smollm2", "--as", "trial",
+         "--work-dir", str(work), "--port", str(port)],
         capture_output=True, text=True, timeout=300, check=False, env=env,
     )  # fmt: skip
     trial = Trial(work=work, name="smollm2")

@@ -40,6 +40,8 @@ def test_the_walkthrough_runs_end_to_end(
         ["snapbuild", "make"],
     ]
     monkeypatch.chdir(tmp_path)
+    # the development trial: the packed snap as snapd runs it is tests/test_snap_confined.py's
+    monkeypatch.setenv("SNAPBUILD_TRY_AS", "trial")
     write_chat_gguf(tmp_path / "tiny-chat-F16.gguf", chat_template=CHATML_TEMPLATE)
     outputs = []
     for argv in commands:

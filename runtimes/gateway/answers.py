@@ -178,6 +178,9 @@ class ModelCard(BaseModel):
     created: int
     owned_by: str = "snapbuild"
     inputs: list[Literal["text", "vision", "audio"]] = ["text"]  # what the model takes in
+    # a snap with model options (sizes): which one serves; the id stays the snap's name, so a
+    # client's requests do not change when the snap switches size
+    option: str | None = None
 
 
 class ModelList(BaseModel):

@@ -17,72 +17,27 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Protocol
+from typing import Any
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from runtimes import requests as s
+from runtimes.engine import Call, Engine, JsonObject, Status
 from runtimes.gateway import answers as a
-from runtimes.gateway import schemas as s
 from runtimes.gateway.errors import ApiError
-from runtimes.gateway.images import ImagePolicy, check_request
+from runtimes.gateway.images import ImagePolicy, check_request, image_parts
 from runtimes.gateway.metrics import Metrics
-from runtimes.inprocess.engine import MAX_EMBEDDING_INPUTS, LocalEngine
+from runtimes.requests import MAX_EMBEDDING_INPUTS
 
-__all__ = ["ERRORS", "Engine", "ServerState", "install_error_handlers", "install_routes"]
+__all__ = ["ERRORS", "ServerState", "install_error_handlers", "install_routes"]
 
 log = logging.getLogger("snapbuild.server")
 
 NOT_AN_OBJECT = ("model_attributes_type", "dict_type", "missing")
 LIVE_REFRESH_S = 1.0
-
-
-class Engine(Protocol):
-    """What the gateway needs from an engine (:class:`LocalEngine`, ``LlamaServerEngine``)."""
-
-    notes: list[str]
-
-    @property
-    def capabilities(self) -> frozenset[str]:
-        """What it does: chat, completion, embeddings."""
-        ...
-
-    @property
-    def runtime(self) -> str:
-        """The runtime id."""
-        ...
-
-    async def start(self) -> None:
-        """Load and warm up; raise when that fails."""
-
-    async def stop(self) -> None:
-        """Release everything."""
-
-    def describe(self) -> dict[str, Any]:
-        """What runs (``runtime_info`` in /health)."""
-        ...
-
-    def stats(self) -> dict[str, int]:
-        """Request counters (``generations`` in /health)."""
-        ...
-
-    async def refresh_live(self) -> dict[str, float]:
-        """Live gauges: queue depth, busy slots, KV-cache use."""
-        ...
-
-    async def chat(self, payload: dict[str, Any], request: Request) -> Response:
-        """A validated chat request."""
-        ...
-
-    async def completions(self, payload: dict[str, Any], request: Request) -> Response:
-        """A validated completion request."""
-        ...
-
-    async def embeddings(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """A validated embeddings request."""
-        ...
 
 
 @dataclass
@@ -95,25 +50,28 @@ class ServerState:
     device: str
     context_size: int
     metrics: Metrics
-    max_choices: int = 1
-    inputs: tuple[str, ...] = (
-        "text",
-    )  # what the engine takes in (images: runtimes.gateway.images)
+    # the most choices per request; None: the engine's own limit (Engine.max_choices)
+    max_choices: int | None = None
     images: ImagePolicy = field(default_factory=ImagePolicy)
-    status: str = "loading"
+    option: str | None = None  # a snap with model options: the one that serves
+    status: Status = "loading"
     detail: str | None = None
     load_error: BaseException | None = None
     created: int = field(default_factory=lambda: int(time.time()))
     live: dict[str, float] = field(default_factory=dict)
     live_at: float = 0.0
 
-    def current(self) -> tuple[str, str | None]:
-        """(status, detail) now: a supervised child may have died since the load."""
-        status_of = getattr(self.engine, "status", None)
-        if self.status == "ok" and callable(status_of):
-            status, detail = status_of()
-            return str(status), detail
+    def current(self) -> tuple[Status, str | None]:
+        """(status, detail) now: the load's, then the engine's (a supervised child may have
+        died since the load)."""
+        if self.status == "ok":
+            return self.engine.status()
         return self.status, self.detail
+
+    @property
+    def choices_limit(self) -> int | None:
+        """The most choices the gateway lets one request ask for (None: the engine checks)."""
+        return self.max_choices if self.max_choices is not None else self.engine.max_choices
 
     async def live_figures(self) -> dict[str, float]:
         """The engine's gauges, read at most once a second."""
@@ -201,13 +159,13 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
         a failure (``detail`` says what happened)."""
         status, detail = state.current()
         body = a.Health(
-            status=status,  # type: ignore[arg-type]
+            status=status,
             model=state.model_id,
             engine=state.engine_name,
             runtime=state.engine.runtime,
             device=state.device,
             context_size=state.context_size,
-            inputs=list(state.inputs),
+            inputs=list(state.engine.inputs),
             detail=detail,
             runtime_info=state.engine.describe(),
             generations=a.QueueStats(**state.engine.stats()),
@@ -229,12 +187,17 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
         page = resources.files("runtimes.gateway").joinpath("chat.html").read_text(encoding="utf-8")
         return HTMLResponse(page.replace("{{MODEL}}", _html_escape(state.model_id)))
 
-    @app.get("/v1/models", response_model=a.ModelList)
+    @app.get("/v1/models", response_model=a.ModelList, response_model_exclude_none=True)
     async def models() -> a.ModelList:
         """The one model this server serves; its id is the snap's name."""
         return a.ModelList(data=[_card(state)])
 
-    @app.get("/v1/models/{model}", response_model=a.ModelCard, responses=ERRORS)
+    @app.get(
+        "/v1/models/{model}",
+        response_model=a.ModelCard,
+        response_model_exclude_none=True,
+        responses=ERRORS,
+    )
     async def model(model: str) -> a.ModelCard:
         """One model by id."""
         _check_model(state, model)
@@ -249,10 +212,8 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
         """Chat with the model; ``stream: true`` answers server-sent events ending in [DONE]."""
         _check_ready(state, body.model, "chat")
         _check_choices(state, body.n)
-        payload = await check_request(
-            await request.json(), state.images, state.inputs, state.model_id
-        )
-        return await state.engine.chat(payload, request)
+        body, payload = await _checked_images(state, body, await request.json())
+        return await state.engine.chat(body, _call(payload, request))
 
     @app.post(
         "/v1/completions",
@@ -265,10 +226,9 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
         _check_choices(state, body.n)
         if isinstance(body.prompt, list) and len(body.prompt) != 1:
             raise ApiError(400, "give exactly one prompt per request", param="prompt")
-        payload = await request.json()
         if not body.prompt or not (body.prompt if isinstance(body.prompt, str) else body.prompt[0]):
             raise ApiError(400, "the prompt is empty; give some text", param="prompt")
-        return await state.engine.completions(payload, request)
+        return await state.engine.completions(body, _call(await request.json(), request))
 
     @app.post("/v1/embeddings", response_model=a.EmbeddingList, responses=ERRORS)
     async def embeddings(body: s.EmbeddingRequest, request: Request) -> Any:
@@ -286,7 +246,26 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
                 param="input",
                 code="empty_input",
             )
-        return JSONResponse(await state.engine.embeddings(await request.json()))
+        call = _call(await request.json(), request)
+        return JSONResponse(await state.engine.embeddings(body, call))
+
+
+def _call(payload: JsonObject, request: Request) -> Call:
+    """What the engine may use of the connection: the checked JSON, and whether the client
+    hung up (never the Starlette request itself)."""
+    return Call(json=payload, client_gone=request.is_disconnected)
+
+
+async def _checked_images(
+    state: ServerState, body: s.ChatCompletionRequest, payload: dict[str, Any]
+) -> tuple[s.ChatCompletionRequest, JsonObject]:
+    """The body and its JSON with every image checked and rewritten as a canonical ``data:``
+    URL; the body is validated again from the rewritten JSON only when it had images, so an
+    in-process engine reads the checked bytes, never the client's URL."""
+    if not image_parts(payload):
+        return body, payload
+    checked = await check_request(payload, state.images, state.engine.inputs, state.model_id)
+    return s.ChatCompletionRequest.model_validate(checked), checked
 
 
 def _html_escape(text: str) -> str:
@@ -306,7 +285,12 @@ def _stream_doc(chunk: type[Any]) -> dict[str, Any]:
 
 
 def _card(state: ServerState) -> a.ModelCard:
-    return a.ModelCard(id=state.model_id, created=state.created, inputs=list(state.inputs))  # type: ignore[arg-type]
+    return a.ModelCard(
+        id=state.model_id,
+        created=state.created,
+        inputs=list(state.engine.inputs),
+        option=state.option,
+    )
 
 
 def _check_model(state: ServerState, model: str) -> None:
@@ -341,10 +325,11 @@ def _check_ready(state: ServerState, model: str, capability: str) -> None:
 
 
 def _check_choices(state: ServerState, n: int) -> None:
-    if n > state.max_choices and not isinstance(state.engine, LocalEngine):
+    limit = state.choices_limit
+    if limit is not None and n > limit:
         raise ApiError(
             400,
-            f"n={n} is more choices than this server generates at once ({state.max_choices}, "
+            f"n={n} is more choices than this server generates at once ({limit}, "
             "its parallel slots)",
             param="n",
             code="unsupported_parameter",

@@ -40,12 +40,12 @@ from dataclasses import dataclass, field
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from runtimes.engine import LoadOptions
+from runtimes.engine import Engine, LoadOptions
 from runtimes.gateway.errors import ApiError
 from runtimes.gateway.images import ImagePolicy
 from runtimes.gateway.metrics import Metrics
 from runtimes.gateway.middleware import BodyLimit, CountRequests
-from runtimes.gateway.routes import Engine, ServerState, install_error_handlers, install_routes
+from runtimes.gateway.routes import ServerState, install_error_handlers, install_routes
 from runtimes.inprocess.adapter import RuntimeAdapter, adapter_class
 from runtimes.inprocess.engine import LocalEngine
 from runtimes.llamaserver.supervisor import ServingConfig
@@ -86,6 +86,7 @@ class ServeOptions:
     cors_origins: tuple[str, ...] | None = None  # None: loopback pages only
     images: ImagePolicy = field(default_factory=ImagePolicy)
     log_level: str = "info"
+    option: str | None = None  # a snap with model options: the one that serves (/v1/models)
 
     def __post_init__(self) -> None:
         if self.serving is not None and self.serving.context_per_slot != self.load.context_size:
@@ -106,15 +107,17 @@ def create_app(
     on_load_error: Callable[[BaseException], None] | None = None,
     cors_origins: Sequence[str] | None = None,
     metrics: Metrics | None = None,
-    max_choices: int = 1,
+    max_choices: int | None = None,
     images: ImagePolicy | None = None,
     loaded: bool = False,
+    option: str | None = None,
 ) -> FastAPI:
     """Build the app around ``engine`` (an in-process adapter is wrapped in a
     :class:`LocalEngine`); it starts (loads, warms up) in the background at startup and answers
     503 until that succeeded. ``cors_origins``: allowed browser origins (``["*"]`` for any);
-    None allows loopback pages only. ``loaded``: the adapter given is loaded already (a test
-    serving the adapter it also calls directly), so startup only warms it up."""
+    None allows loopback pages only. ``max_choices``: the most choices per request, where not
+    the engine's own (:attr:`Engine.max_choices`). ``loaded``: the adapter given is loaded
+    already (a test serving the adapter it also calls directly), so startup only warms it up."""
     metrics = metrics or Metrics()
     if isinstance(engine, RuntimeAdapter):
         engine = LocalEngine(engine, context_size=context_size, metrics=metrics, loaded=loaded)
@@ -127,8 +130,8 @@ def create_app(
         context_size,
         metrics,
         max_choices=max_choices,
-        inputs=tuple(getattr(engine, "inputs", ("text",))),
         images=images or ImagePolicy(),
+        option=option,
     )
 
     @contextlib.asynccontextmanager
@@ -232,9 +235,9 @@ def build_engine(
     model_id: str,
     metrics: Metrics,
     serving: ServingConfig | None = None,
-) -> tuple[Engine, int]:
-    """The engine the catalog says serves ``options.runtime``, and how many choices it can
-    generate at once: llama.cpp through llama-server, the others in this process."""
+) -> Engine:
+    """The engine the catalog's ``serving`` says serves ``options.runtime``: llama-server as a
+    supervised child (every llama.cpp entry), or the entry's ``adapter`` in this process."""
     from runtimes.catalog import load_catalog
 
     entry = load_catalog().get(options.runtime)
@@ -244,10 +247,9 @@ def build_engine(
         config = serving or ServingConfig(
             context_per_slot=options.context_size, threads=options.threads
         )
-        engine = LlamaServerEngine(options, config, model_id=model_id, metrics=metrics)
-        return engine, config.slots
+        return LlamaServerEngine(options, config, model_id=model_id, metrics=metrics)
     adapter = load_adapter(options)
-    return LocalEngine(adapter, context_size=options.context_size, metrics=metrics), 1
+    return LocalEngine(adapter, context_size=options.context_size, metrics=metrics)
 
 
 def run(options: ServeOptions, *, on_listening: Callable[[str, int], None] | None = None) -> None:
@@ -262,9 +264,7 @@ def run(options: ServeOptions, *, on_listening: Callable[[str, int], None] | Non
     bound_port = sock.getsockname()[1]
     metrics = Metrics()
     load = options.load
-    chosen, choices = build_engine(
-        load, model_id=options.model_id, metrics=metrics, serving=options.serving
-    )
+    chosen = build_engine(load, model_id=options.model_id, metrics=metrics, serving=options.serving)
     failure: list[BaseException] = []
     server: uvicorn.Server | None = None
 
@@ -282,8 +282,8 @@ def run(options: ServeOptions, *, on_listening: Callable[[str, int], None] | Non
         on_load_error=on_load_error,
         cors_origins=options.cors_origins,
         metrics=metrics,
-        max_choices=choices,
         images=options.images,
+        option=options.option,
     )
     config = uvicorn.Config(app, log_level=options.log_level, timeout_graceful_shutdown=3)
     server = uvicorn.Server(config)

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from runtimes.engine import Capability, LoadOptions
+from runtimes.engine import Capability, LoadOptions, Modality
 from snapcommon.errors import SnapbuildError
 
 FinishReason = Literal["stop", "length", "cancelled"]
@@ -107,6 +107,11 @@ class RuntimeAdapter(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most runtimes free on collection
         """Free the model (default: nothing; the runtime frees it when collected)."""
+
+    @property
+    def inputs(self) -> tuple[Modality, ...]:
+        """What it takes in (default: text only; a vision pipeline adds ``"vision"``)."""
+        return ("text",)
 
     @property
     def concurrency(self) -> int:

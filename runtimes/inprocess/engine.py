@@ -1,6 +1,7 @@
 """Engines that run inside the gateway's process (OpenVINO GenAI, ONNX Runtime, and the
-llama.cpp binding where it is used as a library): a :class:`RuntimeAdapter` behind the
-:class:`~runtimes.inprocess.scheduler.EngineQueue`.
+llama.cpp binding where the catalog says ``serving: in-process``): a :class:`RuntimeAdapter`
+behind the :class:`~runtimes.inprocess.scheduler.EngineQueue`, answering the gateway's
+:class:`~runtimes.engine.Engine` protocol (the answers' shapes: :mod:`runtimes.inprocess.shapes`).
 
 The gateway gives these the same surface as llama-server: the same request validation, the
 same response and stream shapes, the same errors. What such an adapter cannot do (tools,
@@ -11,35 +12,24 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import json
-import logging
 import struct
 import threading
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-from fastapi import Request, Response
+from fastapi import Response
 
-from runtimes.gateway import schemas as s
+from runtimes import requests as s
+from runtimes.engine import Call, JsonObject, Modality, Status
 from runtimes.gateway.errors import ApiError, unsupported
 from runtimes.gateway.metrics import Metrics
-from runtimes.gateway.sse import DONE, HEAD_GRACE_S, KEEPALIVE_S, TokenClock, event, streaming
-from runtimes.inprocess.adapter import (
-    Delta,
-    Message,
-    RuntimeAdapter,
-    SamplingParams,
-    UnsupportedError,
-    Usage,
-)
+from runtimes.gateway.sse import HEAD_GRACE_S, streaming
+from runtimes.inprocess.adapter import Delta, Message, RuntimeAdapter, SamplingParams
 from runtimes.inprocess.scheduler import EngineQueue
-
-log = logging.getLogger("snapbuild.runtimes.local")
-
-MAX_EMBEDDING_INPUTS = 2048
+from runtimes.inprocess.shapes import Stream, whole
 
 
 class LocalEngine:
@@ -54,10 +44,7 @@ class LocalEngine:
         self.metrics = metrics
         self.queue: EngineQueue | None = None
         self.notes = adapter.notes
-        self.inputs: tuple[str, ...] = tuple(getattr(adapter, "inputs", ("text",)))
-        gauges = getattr(adapter, "metrics", None)
-        if callable(gauges):  # adapters that batch report their own figures
-            metrics.sources.append(gauges)
+        metrics.sources.append(adapter.metrics)  # adapters that batch report their own figures
 
     @property
     def capabilities(self) -> frozenset[str]:
@@ -68,6 +55,20 @@ class LocalEngine:
     def runtime(self) -> str:
         """The runtime id."""
         return self.adapter.options.runtime
+
+    @property
+    def inputs(self) -> tuple[Modality, ...]:
+        """The adapter's (a vision pipeline takes images)."""
+        return self.adapter.inputs
+
+    @property
+    def max_choices(self) -> int | None:
+        """None: adapters generate one choice, and :meth:`_refuse_unsupported` says so."""
+        return None
+
+    def status(self) -> tuple[Status, str | None]:
+        """Ok once started: nothing runs outside this process that could stop answering."""
+        return ("ok", None) if self.queue is not None else ("loading", None)
 
     async def start(self) -> None:
         """Load (when not loaded yet) and warm up in the engine's worker."""
@@ -107,8 +108,8 @@ class LocalEngine:
         }
 
     # requests ------------------------------------------------------------------------------
-    async def chat(self, payload: dict[str, Any], request: Request) -> Response:
-        body = s.ChatCompletionRequest.model_validate(payload)
+    async def chat(self, body: s.ChatCompletionRequest, call: Call) -> Response:
+        """Queue a chat generation (images: the bytes the gateway checked)."""
         self._refuse_unsupported(body)
         messages = [Message(m.role, m.text(), m.image_bytes()) for m in body.messages]
         params = _params(body, body.max_completion_tokens or body.max_tokens)
@@ -118,13 +119,11 @@ class LocalEngine:
             self._check_context(adapter.count_chat_tokens(messages), params, "messages")
             return adapter.chat(messages, params, cancel)
 
-        return await self._generate(request, start, body, chat=True)
+        return await self._generate(call.client_gone, start, body, chat=True)
 
-    async def completions(self, payload: dict[str, Any], request: Request) -> Response:
-        body = s.CompletionRequest.model_validate(payload)
+    async def completions(self, body: s.CompletionRequest, call: Call) -> Response:
+        """Queue a completion (the gateway checked there is exactly one prompt)."""
         self._refuse_unsupported(body)
-        if isinstance(body.prompt, list) and len(body.prompt) != 1:
-            raise ApiError(400, "give exactly one prompt per request", param="prompt")
         prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
         params = _params(body, body.max_tokens)
         adapter = self.adapter
@@ -133,10 +132,10 @@ class LocalEngine:
             self._check_context(adapter.count_tokens(prompt), params, "prompt")
             return adapter.complete(prompt, params, cancel)
 
-        return await self._generate(request, start, body, chat=False)
+        return await self._generate(call.client_gone, start, body, chat=False)
 
-    async def embeddings(self, payload: dict[str, Any]) -> dict[str, Any]:
-        body = s.EmbeddingRequest.model_validate(payload)
+    async def embeddings(self, body: s.EmbeddingRequest, call: Call) -> JsonObject:
+        """Embed in the engine's worker (batching adapters gather concurrent requests)."""
         texts = [body.input] if isinstance(body.input, str) else body.input
         assert self.queue is not None
         result = await self.queue.call(lambda: self.adapter.embed(texts))
@@ -146,7 +145,7 @@ class LocalEngine:
                 {"object": "embedding", "index": i, "embedding": _encode(v, body.encoding_format)}
                 for i, v in enumerate(result.vectors)
             ],
-            "model": payload["model"],
+            "model": body.model,
             "usage": {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens},
         }
 
@@ -188,7 +187,7 @@ class LocalEngine:
 
     async def _generate(
         self,
-        request: Request,
+        client_gone: Callable[[], Awaitable[bool]],
         start: Callable[[threading.Event], Iterator[Delta]],
         body: s.ChatCompletionRequest | s.CompletionRequest,
         *,
@@ -199,7 +198,7 @@ class LocalEngine:
         send SSE comments while queued."""
         assert self.queue is not None
         cancel = threading.Event()
-        watcher = asyncio.create_task(_watch_disconnect(request, cancel))
+        watcher = asyncio.create_task(_watch_disconnect(client_gone, cancel))
         deltas = self.queue.stream(start, cancel)
         started = time.monotonic()
         first = asyncio.ensure_future(deltas.__anext__())
@@ -227,12 +226,12 @@ class LocalEngine:
                 watcher.cancel()
                 await deltas.aclose()
             self.metrics.observe("time_to_first_token_seconds", time.monotonic() - started)
-            whole = _whole(model, ident, created, pieces, chat)
-            self.metrics.add_tokens(whole["usage"]["completion_tokens"])
-            return Response(json.dumps(whole), media_type="application/json")
+            answer = whole(model, ident, created, pieces, chat)
+            self.metrics.add_tokens(answer["usage"]["completion_tokens"])
+            return Response(json.dumps(answer), media_type="application/json")
         watcher.cancel()  # from here Starlette notices disconnects and closes the stream
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        stream = _Stream(self.metrics, model, ident, created, chat, include_usage, started)
+        stream = Stream(self.metrics, model, ident, created, chat, include_usage, started)
         return streaming(stream.events(first, deltas))
 
 
@@ -252,146 +251,14 @@ def _params(
     )
 
 
-async def _watch_disconnect(request: Request, cancel: threading.Event) -> None:
+async def _watch_disconnect(
+    client_gone: Callable[[], Awaitable[bool]], cancel: threading.Event
+) -> None:
     while not cancel.is_set():
-        if await request.is_disconnected():
+        if await client_gone():
             cancel.set()
             return
         await asyncio.sleep(0.1)
-
-
-def _finish(last: Delta) -> tuple[str, Usage]:
-    usage = last.usage or Usage(prompt_tokens=0)
-    reason = last.finish_reason if last.finish_reason in ("stop", "length") else "stop"
-    return reason, usage
-
-
-def _usage(usage: Usage) -> dict[str, int]:
-    return {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens,
-    }
-
-
-def _whole(
-    model: str, ident: str, created: int, pieces: Sequence[Delta], chat: bool
-) -> dict[str, Any]:
-    text = "".join(p.text for p in pieces)
-    reason, usage = _finish(pieces[-1])
-    if chat:
-        choice: dict[str, Any] = {
-            "index": 0,
-            "message": {"role": "assistant", "content": text, "refusal": None},
-            "logprobs": None,
-            "finish_reason": reason,
-        }
-        kind = "chat.completion"
-    else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
-        kind = "text_completion"
-    return {
-        "id": ident,
-        "object": kind,
-        "created": created,
-        "model": model,
-        "choices": [choice],
-        "usage": _usage(usage),
-    }
-
-
-class _Stream:
-    """The SSE body of an in-process generation, in the shapes llama-server's relay sends."""
-
-    def __init__(
-        self,
-        metrics: Metrics,
-        model: str,
-        ident: str,
-        created: int,
-        chat: bool,
-        include_usage: bool,
-        started: float,
-    ) -> None:
-        self.metrics = metrics
-        self.model = model
-        self.ident = ident
-        self.created = created
-        self.chat = chat
-        self.include_usage = include_usage
-        self.clock = TokenClock(metrics, started)
-
-    def chunk(self, choices: list[dict[str, Any]], usage: Usage | None = None) -> bytes:
-        data: dict[str, Any] = {
-            "id": self.ident,
-            "object": "chat.completion.chunk" if self.chat else "text_completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": choices,
-        }
-        if usage is not None:
-            data["usage"] = _usage(usage)
-        return event(data)
-
-    def piece(self, text: str | None, reason: str | None = None, *, role: bool = False) -> bytes:
-        if self.chat:
-            delta: dict[str, Any] = {}
-            if role:
-                delta = {"role": "assistant", "content": ""}
-            elif text is not None:
-                delta = {"content": text}
-            return self.chunk(
-                [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]
-            )
-        return self.chunk(
-            [{"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}]
-        )
-
-    def timed(self, text: str) -> bytes:
-        self.clock.tick()
-        return self.piece(text)
-
-    async def events(
-        self, first: asyncio.Future[Delta], deltas: AsyncGenerator[Delta, None]
-    ) -> AsyncIterator[bytes]:
-        """Role chunk (chat), one chunk per delta, a finish chunk, the usage-only chunk when
-        asked for (``stream_options.include_usage``), [DONE]; comments while queued."""
-        try:
-            yield b": connected\n\n"
-            while not first.done():
-                await asyncio.wait({first}, timeout=KEEPALIVE_S)
-                if not first.done():
-                    yield b": waiting for the engine\n\n"
-            try:
-                last = first.result()
-            except StopAsyncIteration:
-                return
-            if self.chat:
-                yield self.piece(None, role=True)
-            if last.text:
-                yield self.timed(last.text)
-            async for current in deltas:  # drained to the end: the worker counts it completed
-                last = current
-                if current.text:
-                    yield self.timed(current.text)
-            reason, usage = _finish(last)
-            self.metrics.add_tokens(usage.completion_tokens)
-            yield self.piece(None if self.chat else "", reason)
-            if self.include_usage:
-                yield self.chunk([], usage)
-        except ApiError as exc:
-            yield event(exc.body())
-        except UnsupportedError as exc:
-            yield event(ApiError(400, exc.brief).body())
-        except Exception as exc:  # the stream has started: report in-band, keep the server up
-            log.exception("generation failed mid-stream")
-            yield event(ApiError(500, f"generation failed: {exc}", type="server_error").body())
-        finally:
-            if not first.done():
-                first.cancel()
-            with contextlib.suppress(Exception):
-                await deltas.aclose()
-        yield DONE
 
 
 def _encode(vector: list[float], encoding: str) -> list[float] | str:

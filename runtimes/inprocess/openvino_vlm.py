@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from runtimes.engine import LoadOptions
+from runtimes.engine import LoadOptions, Modality
 from runtimes.inprocess.adapter import Delta, Message, SamplingParams
 from runtimes.inprocess.openvino import OpenVinoAdapter, load_failure
 
@@ -69,7 +69,7 @@ class OpenVinoVisionAdapter(OpenVinoAdapter):
             self.notes.append("vision pipeline: one request at a time")
 
     @property
-    def inputs(self) -> tuple[str, ...]:
+    def inputs(self) -> tuple[Modality, ...]:
         """What it takes in: images too when the IR has its vision-embeddings model."""
         return ("text", "vision") if self.vision else ("text",)
 

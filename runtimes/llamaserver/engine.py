@@ -19,21 +19,21 @@ import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import httpx
-from fastapi import Request, Response
+from fastapi import Response
 from fastapi.responses import JSONResponse
 
 from runtimes.chat_templates import TemplateChoice, template_for_file
-from runtimes.engine import LoadOptions, RuntimeFailure
-from runtimes.gateway.errors import ApiError
-from runtimes.gateway.metrics import Metrics, parse_prometheus, slot_figures
+from runtimes.engine import Call, JsonObject, LoadOptions, Modality, RuntimeFailure, Status
+from runtimes.gateway.metrics import Metrics
 from runtimes.gateway.sse import DONE, HEAD_GRACE_S, event, streaming
 from runtimes.llamaserver import toolcalls
-from runtimes.llamaserver.offload import OffloadReport, read_report, usable
+from runtimes.llamaserver.counts import RequestCounts
+from runtimes.llamaserver.offload import OffloadReport, offload_data, on_device, read_report
 from runtimes.llamaserver.relay import Relay, fix_whole, upstream_error
 from runtimes.llamaserver.supervisor import (
     ServerBinary,
@@ -44,12 +44,14 @@ from runtimes.llamaserver.supervisor import (
 )
 from runtimes.llamaserver.upstream import (
     cancellable,
+    live_figures,
     native_tools,
     post,
     stream_request,
     warm_chat,
     warm_embeddings,
 )
+from runtimes.requests import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 
 log = logging.getLogger("snapbuild.runtimes.proxy")
 
@@ -92,8 +94,7 @@ class LlamaServerEngine:
         self.main: Supervisor | None = None
         self.embedder: Supervisor | None = None
         self._embed_lock = asyncio.Lock()
-        self.counts = {"completed": 0, "cancelled": 0, "failed": 0}
-        self.active = 0
+        self.requests = RequestCounts(metrics)
         self.native_tools = False  # whether the chat template renders tools (llama-server /props)
         self.offload: OffloadReport | None = None  # where llama-server's log says the model went
         self._live: dict[str, float] = {}
@@ -105,9 +106,14 @@ class LlamaServerEngine:
         return self.options.runtime
 
     @property
-    def inputs(self) -> tuple[str, ...]:
+    def inputs(self) -> tuple[Modality, ...]:
         """What it takes in: images too when a projector (mmproj) is loaded beside the weights."""
         return ("text", "vision") if self.options.projector is not None else ("text",)
+
+    @property
+    def max_choices(self) -> int:
+        """llama-server generates each choice in a slot of its own, all at once."""
+        return self.config.slots
 
     # lifecycle -----------------------------------------------------------------------------
     def _binary(self) -> ServerBinary:
@@ -115,22 +121,13 @@ class LlamaServerEngine:
             self._server = find_server(self.options.llama_root, self.options.llama_server)
         return self._server
 
-    def _on_device(
-        self, server: ServerBinary, config: ServingConfig
-    ) -> tuple[ServingConfig, dict[str, str]]:
-        """``config`` held to the GPU engine's one device when the component carries its backend
-        module (else a note: a CPU build stands in), and the child's environment
-        (:mod:`runtimes.llamaserver.offload`)."""
-        offload, note = usable(self.config.offload, server.binary.parent)
-        if note and note not in self.notes:
-            self.notes.append(note)
-        env = offload.environment(server.env()) if offload else server.env()
-        return dataclasses.replace(config, offload=offload), env
-
     def _supervisor(self, config: ServingConfig, *, embeddings: bool) -> Supervisor:
         server = self._binary()
         model, device = self.options.artifact.absolute(), self.options.device
-        config, env = self._on_device(server, config)
+        offload, env, note = on_device(self.config.offload, server.binary.parent, server.env())
+        if note and note not in self.notes:
+            self.notes.append(note)  # a CPU build stands in for the GPU component
+        config = dataclasses.replace(config, offload=offload)
 
         choice = self.template
         # the GGUF's own template needs nothing; the manifest's or the model family's is handed
@@ -206,7 +203,7 @@ class LlamaServerEngine:
         """Whether requests can go through now."""
         return self.main is not None and self.main.ready.is_set()
 
-    def status(self) -> tuple[str, str | None]:
+    def status(self) -> tuple[Status, str | None]:
         """(status, detail) for /health."""
         if self.main is None:
             return "loading", None
@@ -238,91 +235,56 @@ class LlamaServerEngine:
             "projector": str(self.options.projector) if self.options.projector else None,
             "notes": list(self.notes),
         }
-        if self.config.offload is not None:  # the device chosen, and where the model went
-            info["offload"] = {
-                **self.config.offload.to_data(),
-                "report": self.offload.to_data() if self.offload else None,
-            }
+        if c.offload is not None:
+            info["offload"] = offload_data(c.offload, self.offload)
         if self.main is not None:
             info["child"] = {**self.main.state.to_data(), "pid": self.main.pid}
         return info
 
     def stats(self) -> dict[str, int]:
         """Gateway counters in /health's shape; queued: requests beyond the slots."""
-        return {
-            "active": self.active,
-            "queued": max(0, self.active - self.config.slots),
-            **self.counts,
-        }
+        active = self.requests.active
+        queued = max(0, active - self.config.slots)
+        return {"active": active, "queued": queued, **self.requests.ended}
 
     async def refresh_live(self) -> dict[str, float]:
         """Read llama-server's /metrics and /slots into the live gauges."""
         if not self.ready or self.main is None:
             return dict(self._live)
-        figures: dict[str, float] = {}
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            text = (await self.main.client.get("/metrics", timeout=2)).text
-            upstream = parse_prometheus(text)
-            figures["queue_depth"] = upstream.get("requests_deferred", 0.0)
-            figures["llama_prompt_tokens_per_second"] = upstream.get("prompt_tokens_seconds", 0.0)
-            figures["llama_predicted_tokens_per_second"] = upstream.get(
-                "predicted_tokens_seconds", 0.0
-            )
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            slots = (await self.main.client.get("/slots", timeout=2)).json()
-            if isinstance(slots, list):
-                figures.update(slot_figures(slots))
+        figures = await live_figures(self.main.client)
         figures["child_restarts"] = float(self.main.state.restarts)
         self._live = figures
         return figures
 
     # requests ------------------------------------------------------------------------------
-    async def chat(self, payload: dict[str, Any], request: Request) -> Response:
+    async def chat(self, body: ChatCompletionRequest, call: Call) -> Response:
         """POST /v1/chat/completions through llama-server (tools emulated where the model's
         template has none, :mod:`runtimes.llamaserver.toolcalls`)."""
-        if toolcalls.needs_emulation(payload, self.native_tools):
-            return await self._emulated_tools(payload, request)
-        return await self._generate("/v1/chat/completions", payload, request, chat=True)
+        if toolcalls.needs_emulation(body, self.native_tools):
+            return await self._emulated_tools(body, call)
+        return await self._generate("/v1/chat/completions", body, call, chat=True)
 
-    async def _emulated_tools(self, payload: dict[str, Any], request: Request) -> Response:
-        assert self.main is not None
-        body = toolcalls.rewrite(payload)
-        body.pop("model", None)
-        started = time.monotonic()
-        self.active += 1
-        self.metrics.in_flight(1)
-        kind = "failed"
-        try:
-            data = await cancellable(post(self.main.client, "/v1/chat/completions", body), request)
-            if data is None:
-                kind = "cancelled"
-                return Response(status_code=204)
-            if data.status_code >= 400:
-                raise upstream_error(data.status_code, data.content, chat=True)
-            out: dict[str, Any] = data.json()
-            fix_whole(out, self.model_id, chat=True)
-            toolcalls.restore(out)
-            self.metrics.observe("time_to_first_token_seconds", time.monotonic() - started)
-            self.metrics.add_tokens(int((out.get("usage") or {}).get("completion_tokens", 0)))
-            kind = "completed"
-        finally:
-            self.active -= 1
-            self.counts[kind] += 1
-            self.metrics.in_flight(-1)
-        if not payload.get("stream"):
+    async def _emulated_tools(self, body: ChatCompletionRequest, call: Call) -> Response:
+        """One whole constrained answer turned back into tool calls; a stream sends it as
+        chunks (the JSON must be complete before it can be parsed)."""
+        forwarded = _forwarded(toolcalls.rewrite(call.json))
+        path = "/v1/chat/completions"
+        out = await self._whole(path, forwarded, call, chat=True, restore=toolcalls.restore)
+        if out is None:
+            return Response(status_code=204)
+        if not body.stream:
             return JSONResponse(out)
-        want_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
-        return streaming(iter([*map(event, toolcalls.as_stream(out, want_usage)), DONE]))
+        chunks = toolcalls.as_stream(out, _wants_usage(body))
+        return streaming(iter([*map(event, chunks), DONE]))
 
-    async def completions(self, payload: dict[str, Any], request: Request) -> Response:
+    async def completions(self, body: CompletionRequest, call: Call) -> Response:
         """POST /v1/completions through llama-server."""
-        return await self._generate("/v1/completions", payload, request, chat=False)
+        return await self._generate("/v1/completions", body, call, chat=False)
 
-    async def embeddings(self, payload: dict[str, Any]) -> dict[str, Any]:
+    async def embeddings(self, body: EmbeddingRequest, call: Call) -> JsonObject:
         """POST /v1/embeddings through the embedding child (started on first use)."""
         child = await self._embedding_child()
-        body = {k: v for k, v in payload.items() if k != "model"}
-        response = await post(child.client, "/v1/embeddings", body)
+        response = await post(child.client, "/v1/embeddings", _forwarded(call.json))
         if response.status_code >= 400:
             raise upstream_error(response.status_code, response.content, param="input")
         data: dict[str, Any] = response.json()
@@ -334,17 +296,7 @@ class LlamaServerEngine:
     async def _embedding_child(self) -> Supervisor:
         async with self._embed_lock:
             if self.embedder is None:
-                ctx = self.config.context_per_slot
-                config = ServingConfig(
-                    slots=1,
-                    context_per_slot=ctx,
-                    kv_cache_type="f16",
-                    flash_attention=self.config.flash_attention,
-                    cache_reuse=0,
-                    threads=self.config.threads,
-                    gpu_layers=self.config.gpu_layers,
-                    batch_size=ctx,  # the whole context in one batch: pooled over all of it
-                )
+                config = self.config.for_embeddings()
                 self.embedder = self._supervisor(config, embeddings=True)
                 self.embedder.start()
             child = self.embedder
@@ -354,43 +306,66 @@ class LlamaServerEngine:
         return child
 
     async def _generate(
-        self, path: str, payload: dict[str, Any], request: Request, *, chat: bool
+        self,
+        path: str,
+        body: ChatCompletionRequest | CompletionRequest,
+        call: Call,
+        *,
+        chat: bool,
     ) -> Response:
+        """Relay a chat or completion: the client's JSON as sent, answered whole or streamed."""
+        forwarded = _forwarded(call.json)
+        if not body.stream:
+            out = await self._whole(path, forwarded, call, chat=chat)
+            return Response(status_code=204) if out is None else JSONResponse(out)
+        forwarded["stream_options"] = {"include_usage": True}  # metrics need it; stripped below
+        return await self._stream(path, forwarded, chat=chat, want_usage=_wants_usage(body))
+
+    async def _whole(
+        self,
+        path: str,
+        forwarded: dict[str, Any],
+        call: Call,
+        *,
+        chat: bool,
+        restore: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any] | None:
+        """One answer llama-server sends whole, in OpenAI's shape (``restore`` adjusts it
+        further), counted and timed; None when the client hung up first, which cancels
+        llama-server's task with the connection."""
         assert self.main is not None
-        client = self.main.client
-        stream = bool(payload.get("stream"))
-        want_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
-        body = {k: v for k, v in payload.items() if k != "model"}
-        if stream:
-            body["stream_options"] = {"include_usage": True}  # metrics need it; stripped below
         started = time.monotonic()
-        self.active += 1
-        self.metrics.in_flight(1)
-        finished = [False]
-
-        def done(kind: str) -> None:
-            if not finished[0]:
-                finished[0] = True
-                self.active -= 1
-                self.counts[kind] += 1
-                self.metrics.in_flight(-1)
-
+        end = self.requests.begin()
+        outcome = "failed"
         try:
-            if not stream:
-                data = await cancellable(post(client, path, body), request)
-                if data is None:
-                    done("cancelled")
-                    return Response(status_code=204)
-                if data.status_code >= 400:
-                    raise upstream_error(data.status_code, data.content, chat=chat)
-                out: dict[str, Any] = data.json()
-                fix_whole(out, self.model_id, chat=chat)
-                elapsed = time.monotonic() - started
-                self.metrics.observe("time_to_first_token_seconds", elapsed)
-                self.metrics.add_tokens(int((out.get("usage") or {}).get("completion_tokens", 0)))
-                done("completed")
-                return JSONResponse(out)
-            sending = asyncio.ensure_future(stream_request(self.main.socket, path, body))
+            data = await cancellable(post(self.main.client, path, forwarded), call.client_gone)
+            if data is None:
+                outcome = "cancelled"
+                return None
+            if data.status_code >= 400:
+                raise upstream_error(data.status_code, data.content, chat=chat)
+            out: dict[str, Any] = data.json()
+            fix_whole(out, self.model_id, chat=chat)
+            if restore is not None:
+                restore(out)
+            self.metrics.observe("time_to_first_token_seconds", time.monotonic() - started)
+            self.metrics.add_tokens(int((out.get("usage") or {}).get("completion_tokens", 0)))
+            outcome = "completed"
+            return out
+        finally:
+            end(outcome)
+
+    async def _stream(
+        self, path: str, forwarded: dict[str, Any], *, chat: bool, want_usage: bool
+    ) -> Response:
+        """A relayed stream: headers within :data:`HEAD_GRACE_S` (an error llama-server reports
+        at once is still a proper status), then its events as they arrive; the relay counts the
+        request out when the stream ends."""
+        assert self.main is not None
+        started = time.monotonic()
+        end = self.requests.begin()
+        try:
+            sending = asyncio.ensure_future(stream_request(self.main.socket, path, forwarded))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(sending), HEAD_GRACE_S)
             if sending.done():
@@ -399,11 +374,8 @@ class LlamaServerEngine:
                     content = await head.aread()
                     await head.aclose()
                     raise upstream_error(head.status_code, content, chat=chat)
-        except ApiError:
-            done("failed")
-            raise
         except BaseException:
-            done("failed")
+            end("failed")
             raise
         relay = Relay(
             self.metrics,
@@ -412,6 +384,17 @@ class LlamaServerEngine:
             started,
             chat=chat,
             want_usage=want_usage,
-            done=done,
+            done=end,
         )
         return streaming(relay.events())
+
+
+def _forwarded(payload: JsonObject) -> dict[str, Any]:
+    """The client's JSON as llama-server gets it: without ``model`` (llama-server serves one
+    model, and the API's id is the snap's name, not llama-server's)."""
+    return {k: v for k, v in payload.items() if k != "model"}
+
+
+def _wants_usage(body: ChatCompletionRequest | CompletionRequest) -> bool:
+    """Whether the client asked for the usage-only chunk at the end of its stream."""
+    return bool(body.stream_options and body.stream_options.include_usage)

@@ -75,6 +75,20 @@ def usable(choice: DeviceChoice | None, bin_dir: Path) -> tuple[DeviceChoice | N
     )
 
 
+def on_device(
+    choice: DeviceChoice | None, bin_dir: Path, base: dict[str, str]
+) -> tuple[DeviceChoice | None, dict[str, str], str | None]:
+    """What :func:`usable` leaves of ``choice``, the child's environment ``base`` held to that
+    device, and the note when a CPU build stands in."""
+    kept, note = usable(choice, bin_dir)
+    return kept, (kept.environment(base) if kept else base), note
+
+
+def offload_data(choice: DeviceChoice, report: OffloadReport | None) -> dict[str, Any]:
+    """``runtime_info.offload`` for /health: the device chosen, and where the model went."""
+    return {**choice.to_data(), "report": report.to_data() if report else None}
+
+
 @dataclass
 class OffloadReport:
     """What llama-server's log says about where the model went."""

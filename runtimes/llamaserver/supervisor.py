@@ -26,7 +26,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +111,12 @@ class ServingConfig:
     batch_size: int | None = None  # logical and physical batch (embeddings need the whole input)
     offload: DeviceChoice | None = None  # GPU engines: the one device to compute on
 
+    def for_embeddings(self) -> ServingConfig:
+        """The embedding child's: one slot, f16 cache, no reuse, and the whole context in one
+        batch, since an embedding is pooled over all of its input."""
+        ctx = self.context_per_slot
+        return replace(self, slots=1, kv_cache_type="f16", cache_reuse=0, batch_size=ctx)
+
 
 def from_plan(plan: Any, threads: int | None = None) -> ServingConfig:
     """A :class:`ServingConfig` from the selector's ``Serving`` record (the Decision)."""
@@ -164,9 +170,8 @@ def server_command(
     ]
     if device == "gpu" or config.gpu_layers is not None:
         args += ["--gpu-layers", str(_gpu_layers(config, device))]
-    if config.offload is not None:  # that device or a failed start, never the CPU by accident
-        # verbosity 4 adds llama.cpp's own load lines (device used, layers offloaded, buffers:
-        # runtimes.llamaserver.offload reads them) and about 30 lines per request, not per token
+    if config.offload is not None:  # that device or a failed start, never the CPU by accident;
+        # verbosity 4: llama.cpp's load lines (device, layers, buffers: offload.read_report)
         args += ["--device", config.offload.device, "--log-verbosity", "4"]
     if config.threads:
         args += ["--threads", str(config.threads), "--threads-batch", str(config.threads)]
@@ -393,7 +398,3 @@ class Supervisor:
             if text:
                 self.state.log.append(text)
                 log.debug("%s: %s", self.name, text)
-
-    def log_text(self) -> str:
-        """The child's recent log lines (buffer sizes, errors)."""
-        return "\n".join(self.state.log)

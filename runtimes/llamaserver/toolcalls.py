@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from runtimes.gateway.errors import ApiError
+from runtimes.requests import ChatCompletionRequest
 
 PREAMBLE = (
     "You can call these tools. Answer with a JSON object: either "
@@ -26,13 +28,16 @@ PREAMBLE = (
 REQUIRED = 'Answer with a JSON object {"tool_calls": [{"name": TOOL, "arguments": {...}}]}.'
 
 
-def needs_emulation(payload: dict[str, Any], native: bool) -> bool:
+def needs_emulation(body: ChatCompletionRequest, native: bool) -> bool:
     """Whether this request's tools must be emulated (the template cannot render them)."""
-    return bool(payload.get("tools")) and payload.get("tool_choice") != "none" and not native
+    return bool(body.tools) and body.tool_choice != "none" and not native
 
 
-def rewrite(payload: dict[str, Any]) -> dict[str, Any]:
-    """The request llama-server gets: tools described, reply constrained, history as text."""
+def rewrite(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The request llama-server gets: tools described, reply constrained, history as text.
+
+    It rewrites the client's JSON (not the validated body) so that every field llama-server
+    knows and the schemas do not still reaches it."""
     if payload.get("response_format") not in (None, {"type": "text"}):
         raise ApiError(
             400,

@@ -18,14 +18,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
 import httptools
 import httpx
-from fastapi import Request
 
 from runtimes.gateway.errors import ApiError
+from runtimes.gateway.metrics import parse_prometheus, slot_figures
 from runtimes.gateway.sse import dumps
 
 HIGH_WATER = 256 * 1024  # bytes queued before reading from llama-server pauses
@@ -183,20 +183,38 @@ async def post(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> ht
         raise not_answering(exc) from exc
 
 
-async def cancellable(call: Any, request: Request) -> httpx.Response | None:
+async def cancellable(
+    call: Awaitable[httpx.Response], client_gone: Callable[[], Awaitable[bool]]
+) -> httpx.Response | None:
     """Await ``call``; cancel it (closing the upstream connection, which stops llama-server's
-    task) when the client hangs up first. None when it did."""
+    task) when the client hangs up first (``client_gone``). None when it did."""
     task = asyncio.ensure_future(call)
     while True:
         finished, _ = await asyncio.wait({task}, timeout=0.1)
         if finished:
             result: httpx.Response = task.result()
             return result
-        if await request.is_disconnected():
+        if await client_gone():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
             return None
+
+
+async def live_figures(client: httpx.AsyncClient) -> dict[str, float]:
+    """llama-server's own gauges, from its ``/metrics`` and ``/slots``; what cannot be read now
+    is left out (a scrape must not fail because the child is busy or restarting)."""
+    figures: dict[str, float] = {}
+    with contextlib.suppress(httpx.HTTPError, ValueError):
+        upstream = parse_prometheus((await client.get("/metrics", timeout=2)).text)
+        figures["queue_depth"] = upstream.get("requests_deferred", 0.0)
+        figures["llama_prompt_tokens_per_second"] = upstream.get("prompt_tokens_seconds", 0.0)
+        figures["llama_predicted_tokens_per_second"] = upstream.get("predicted_tokens_seconds", 0.0)
+    with contextlib.suppress(httpx.HTTPError, ValueError):
+        slots = (await client.get("/slots", timeout=2)).json()
+        if isinstance(slots, list):
+            figures.update(slot_figures(slots))
+    return figures
 
 
 async def native_tools(client: httpx.AsyncClient) -> bool:

@@ -10,7 +10,7 @@ import click
 from snapcommon.errors import UsageError
 
 
-def _names(value: str | None) -> tuple[str, ...]:
+def comma_names(value: str | None) -> tuple[str, ...]:
     """``"a, b"`` -> ``("a", "b")``; empty items are a usage error, not silently dropped."""
     if value is None:
         return ()
@@ -36,6 +36,11 @@ def _names(value: str | None) -> tuple[str, ...]:
     help="Architectures to build for (comma-separated; default: the manifest's).",
 )
 @click.option(
+    "--options",
+    "options",
+    help="A model ladder: only these model options (comma-separated; default: all).",
+)
+@click.option(
     "--source",
     help="Source of snapbuild itself for the snap's python part (git URL "
     "or path); default: copy this installation's source into the project.",
@@ -56,6 +61,7 @@ def make_cmd(
     engines: str | None,
     variant: str | None,
     arches: str | None,
+    options: str | None,
     source: str | None,
     grade: str | None,
     sideload: bool,
@@ -73,9 +79,10 @@ def make_cmd(
         manifest,
         output,
         force=force,
-        engines=_names(engines),
+        engines=comma_names(engines),
         variant=variant,
-        architectures=_names(arches),
+        options=comma_names(options),
+        architectures=comma_names(arches),
         source=source,
         grade=grade,
         sideload=sideload,
@@ -100,7 +107,7 @@ def matrix_cmd(model: str, fmt: str, arches: str | None) -> None:
     from snapbuild.project.matrix import format_matrix, matrix_entries
 
     manifest = load_manifest(model)
-    chosen = _names(arches)
+    chosen = comma_names(arches)
     unknown = [a for a in chosen if a not in manifest.architectures]
     if unknown:
         raise UsageError(

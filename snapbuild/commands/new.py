@@ -71,7 +71,8 @@ def new_cmd(
         }
         click.echo(json.dumps(data, indent=2))
         return
-    click.echo(f"wrote {target} ({manifest.name}, {len(manifest.engines)} engines)")
+    options = f"{len(manifest.options)} model options, " if manifest.is_ladder else ""
+    click.echo(f"wrote {target} ({manifest.name}, {options}{len(manifest.engines)} engines)")
     click.echo("Decided:")
     for line in scaffold.decided:
         click.echo(f"  {line}")

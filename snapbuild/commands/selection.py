@@ -11,7 +11,8 @@ from hwprobe.load import load_host as hwprobe_load_host
 from hwprobe.profile import HostProfile
 from snapbuild.manifest.loader import load_manifest, manifest_schema
 from snapbuild.manifest.model import Manifest
-from snapbuild.selection.decision import Candidate, Decision
+from snapbuild.selection.decision import Candidate, Decision, OptionVerdict
+from snapbuild.selection.ladder import parameters_text
 from snapbuild.selection.rows import engine_rows
 from snapbuild.selection.selector import select
 from snapcommon.errors import NoEngineError, SnapbuildError, UsageError
@@ -39,6 +40,18 @@ host_options = [
 ]
 
 
+host_options.append(
+    click.option(
+        "--min-tokens-per-second",
+        "min_speed",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        help="A model ladder: the decode speed a larger option must reach here (default: the "
+        "manifest's min-tokens-per-second).",
+    )
+)
+
+
 def with_host(func: click.decorators.FC) -> click.decorators.FC:
     for option in reversed(host_options):
         func = option(func)
@@ -50,11 +63,21 @@ def _decide(
     host_root: str | None,
     host_file: str | None,
     experimental: bool,
+    min_speed: float | None,
     engine: str | None = None,
+    option: str | None = None,
 ) -> tuple[Manifest, Decision]:
     manifest = load_manifest(model)
     host = load_host(host_root, host_file)
-    return manifest, select(manifest, host, include_experimental=experimental, engine=engine)
+    decision = select(
+        manifest,
+        host,
+        include_experimental=experimental,
+        engine=engine,
+        option=option,
+        min_tokens_per_second=min_speed,
+    )
+    return manifest, decision
 
 
 @click.command("schema")
@@ -67,17 +90,23 @@ def schema_cmd() -> None:
 @click.argument("model")
 @with_host
 @click.option("--engine", help="Select this engine if it is compatible.")
+@click.option("--option", "option", help="A model ladder: select this model option if it runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the Decision as JSON.")
 def select_cmd(
     model: str,
     host_root: str | None,
     host_file: str | None,
     experimental: bool,
+    min_speed: float | None,
     engine: str | None,
+    option: str | None,
     as_json: bool,
 ) -> None:
-    """Pick the engine MODEL (a manifest name or path) should run on this or a recorded host."""
-    manifest, decision = _decide(model, host_root, host_file, experimental, engine)
+    """Pick the engine (and, for a model ladder, the model option) MODEL (a manifest name or
+    path) should run on this or a recorded host."""
+    manifest, decision = _decide(
+        model, host_root, host_file, experimental, min_speed, engine, option
+    )
     if as_json:
         click.echo(decision.to_json())
     else:
@@ -87,7 +116,10 @@ def select_cmd(
 
 
 def _no_engine(decision: Decision, engine: str | None) -> NoEngineError:
-    lines = [f"{c.engine}: {'; '.join(c.blockers) or 'not chosen'}" for c in decision.candidates]
+    shown = decision.no_fit_candidates()
+    lines = [f"{c.engine}: {'; '.join(c.blockers) or 'not chosen'}" for c in shown]
+    if decision.options:  # a ladder: what stops its smallest option stops every other
+        lines.insert(0, f"the smallest option, {decision.options[-1].option}:")
     what = f"engine {engine!r} cannot run" if engine else "no compatible engine"
     return NoEngineError(
         f"{decision.model}: {what} on this machine",
@@ -97,24 +129,44 @@ def _no_engine(decision: Decision, engine: str | None) -> NoEngineError:
     )
 
 
+def _named(c: Candidate) -> str:
+    """A candidate as the listings name it: ``option/engine`` in a ladder."""
+    return f"{c.option}/{c.engine}" if c.option else c.engine
+
+
+def option_line(v: OptionVerdict) -> str:
+    """One option of a ladder: its size, what it reads, and whether it runs here or why not."""
+    params = f"{parameters_text(v.parameters)} parameters, " if v.parameters else ""
+    mark = "*" if v.selected else " "
+    return (
+        f"{mark} {v.option} ({params}{gib(v.size)}, {'+'.join(v.inputs)}): "
+        f"{'runs here' if v.fits else 'does not run here'}; {v.reason}"
+    )
+
+
 def format_decision(decision: Decision) -> str:
-    """The human form of ``select``: the pick and why, then every engine's verdicts."""
+    """The human form of ``select``: the pick and why, a ladder's options, then every engine's
+    verdicts."""
     out: list[str] = []
     sel = decision.selected
     if sel is None:
         out.append(f"{decision.model}: no compatible engine")
     else:
         where = f" {sel.slot}" if sel.slot else ""
+        option = f"{sel.option} on " if sel.option else ""
         out.append(
-            f"{decision.model}: {sel.engine} ({sel.runtime} on {sel.device}{where}, "
+            f"{decision.model}: {option}{sel.engine} ({sel.runtime} on {sel.device}{where}, "
             f"{sel.quantization}, context {sel.context_size})"
         )
         out.append(f"  why: {sel.why}")
         if sel.serving is not None:
             out.append(f"  serving: {sel.serving.summary()}")
+    if decision.options:
+        out.append("options (best first):")
+        out.extend(f"  {option_line(v)}" for v in decision.options)
     for c in decision.candidates:
         status = f"#{c.rank}" if c.rank else "--"
-        out.append(f"{status} {c.engine}")
+        out.append(f"{status} {_named(c)}")
         for reason in c.reasons:
             mark = "x" if reason in c.blockers else "+"
             out.append(f"    {mark} {reason}")
@@ -128,17 +180,26 @@ def format_decision(decision: Decision) -> str:
 @with_host
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 def engines_cmd(
-    model: str, host_root: str | None, host_file: str | None, experimental: bool, as_json: bool
+    model: str,
+    host_root: str | None,
+    host_file: str | None,
+    experimental: bool,
+    min_speed: float | None,
+    as_json: bool,
 ) -> None:
-    """List MODEL's engines with compatibility, memory fit and rank on this or a recorded host."""
-    _, decision = _decide(model, host_root, host_file, experimental)
+    """List MODEL's engines (a ladder's: each option's) with compatibility, memory fit and rank
+    on this or a recorded host."""
+    _, decision = _decide(model, host_root, host_file, experimental, min_speed)
     rows = engine_rows(decision)
     if as_json:
         click.echo(json.dumps([r.to_data(fit="memory") for r in rows], indent=2))
         return
+    ladder = bool(decision.options)
     head = ["engine", "runtime", "device", "quantization", "compatible", "fit", "rank", "active"]
+    head = ["option", *head] if ladder else head
     table = [head] + [
         [
+            *([r.option or "-"] if ladder else []),
             r.engine,
             r.runtime,
             str(r.device),
@@ -166,39 +227,77 @@ def why_not_cmd(
     host_root: str | None,
     host_file: str | None,
     experimental: bool,
+    min_speed: float | None,
     as_json: bool,
 ) -> None:
-    """Every reason ENGINE of MODEL was not selected on this or a recorded host."""
-    _, decision = _decide(model, host_root, host_file, experimental)
-    cand = decision.candidate(engine)
-    if cand is None:
-        raise UsageError(
-            f"{decision.model} has no engine named {engine!r}",
-            resolution="use one of: " + ", ".join(c.engine for c in decision.candidates),
-        )
+    """Every reason ENGINE of MODEL was not selected on this or a recorded host. For a model
+    ladder ENGINE may be an option (``12b``: why that size does not run), an engine (on the
+    selected option) or ``OPTION/ENGINE``."""
+    _, decision = _decide(model, host_root, host_file, experimental, min_speed)
+    verdict = decision.option_verdict(engine)
+    if verdict is not None:
+        own = [c for c in decision.candidates if c.option == engine]
+        if as_json:
+            data = {**verdict.to_data(), "candidates": [c.to_data() for c in own]}
+            click.echo(json.dumps(data, indent=2))
+            return
+        click.echo("\n".join(option_lines(decision, verdict, own)))
+        return
+    cand = _candidate_named(decision, engine)
     if as_json:
         click.echo(json.dumps(cand.to_data(), indent=2))
         return
     click.echo("\n".join(why_not_lines(decision, cand)))
 
 
+def _candidate_named(decision: Decision, name: str) -> Candidate:
+    """``engine`` (on the selected option, in a ladder) or ``option/engine``."""
+    option, _, engine = name.rpartition("/")
+    if not option and decision.options:  # a bare engine name: on the option that runs
+        sel = decision.selected
+        option = (sel.option if sel else None) or decision.options[0].option
+    cand = decision.candidate(engine, option or None)
+    if cand is None:
+        names = dict.fromkeys(
+            [*(v.option for v in decision.options), *map(_named, decision.candidates)]
+        )
+        raise UsageError(
+            f"{decision.model} has no engine named {name!r}",
+            resolution="use one of: " + ", ".join(names),
+        )
+    return cand
+
+
+def option_lines(decision: Decision, verdict: OptionVerdict, own: list[Candidate]) -> list[str]:
+    """A ladder option: its verdict, then each of its engines' blockers (or rank)."""
+    lines = [option_line(verdict).lstrip("* ")]
+    for c in own:
+        state = f"rank {c.rank}" if c.rank else "; ".join(c.blockers)
+        lines.append(f"  - {c.engine}: {state}")
+    if decision.precedence:
+        lines.append("  - precedence: " + " > ".join(decision.precedence))
+    return lines
+
+
 def why_not_lines(decision: Decision, cand: Candidate) -> list[str]:
     """Blockers of an incompatible engine, or what beat a compatible one."""
     sel = decision.selected
-    if sel is not None and sel.engine == cand.engine:
-        lines = [f"{cand.engine} is the selected engine: {sel.why}"]
+    name = _named(cand)
+    if sel is not None and (sel.engine, sel.option) == (cand.engine, cand.option):
+        lines = [f"{name} is the selected engine: {sel.why}"]
         if sel.serving is not None:
             lines.append(f"  serving: {sel.serving.summary()}")
         return lines
     if not cand.compatible:
-        return [f"{cand.engine} cannot run here:"] + [f"  - {b}" for b in cand.blockers]
+        return [f"{name} cannot run here:"] + [f"  - {b}" for b in cand.blockers]
     assert sel is not None
-    winner = decision.candidate(sel.engine)
-    lines = [f"{cand.engine} is compatible (rank {cand.rank}) but {sel.engine} ranks first:"]
+    winner = decision.winner()
+    first = f"{sel.option}/{sel.engine}" if sel.option else sel.engine
+    lines = [f"{name} is compatible (rank {cand.rank}) but {first} ranks first:"]
     if winner is not None:
         lines.append(
-            f"  - {sel.engine}: {winner.device}, ~{winner.estimated_tokens_per_second:g} tokens/s, "
-            f"{winner.quantization}; {cand.engine}: {cand.device}, "
+            f"  - {first}: {winner.device}, ~{winner.estimated_tokens_per_second:g} tokens/s, "
+            f"{winner.quantization}; {name}: {cand.device}, "
             f"~{cand.estimated_tokens_per_second:g} tokens/s, {cand.quantization}"
         )
     lines.append("  - precedence: " + " > ".join(decision.precedence))
@@ -220,6 +319,7 @@ def why_not_lines(decision: Decision, cand: Candidate) -> list[str]:
     type=click.Choice(["llama.cpp", "openvino", "onnxruntime"]),
     default="llama.cpp",
     show_default=True,
+    help="The runtime family whose KV-cache and compute rules apply.",
 )
 @click.option("--peak", is_flag=True, help="Include the compute a full prompt batch touches.")
 @click.option("--json", "as_json", is_flag=True, help="Print bytes as JSON.")
@@ -286,7 +386,10 @@ def validate_cmd(files: tuple[str, ...], as_json: bool) -> None:
         elif not as_json:
             warned = len(findings)
             note = f", {warned} warning{'s' * (warned != 1)}" if warned else ""
-            click.echo(f"{name}: ok ({manifest.name}, {len(manifest.engines)} engines{note})")
+            options = f"{len(manifest.options)} model options, " if manifest.options else ""
+            click.echo(
+                f"{name}: ok ({manifest.name}, {options}{len(manifest.engines)} engines{note})"
+            )
     if as_json:
         click.echo(json.dumps(results, indent=2))
     if failed:

@@ -26,13 +26,27 @@ def _port(value: str) -> int | str:
     )
 
 
+OPTION = click.option(
+    "--option",
+    "option",
+    default=None,
+    help="A model ladder: this model option (size) instead of the selector's.",
+)
+
+
 def _choose_engine(
-    manifest: Manifest, host: HostProfile, engine: str | None, force: bool = False
-) -> tuple[Selected, MemoryEstimate | None]:
-    """The selector's choice (or ``engine``, when it is compatible, or whatever the selector
-    says of it with ``force``): the engine, the context it chose, its serving configuration and
-    batching plan, the inputs it serves; and its memory estimate (for planning the slots again
-    at an operator's context)."""
+    manifest: Manifest,
+    host: HostProfile,
+    engine: str | None,
+    option: str | None = None,
+    force: bool = False,
+) -> tuple[Manifest, Selected, MemoryEstimate | None]:
+    """The selector's choice (or ``engine`` and ``option``, when compatible, or whatever the
+    selector says of them with ``force``): the manifest that serves (a ladder's option view),
+    the engine, the context it chose, its serving configuration and batching plan, the inputs
+    it serves; and its memory estimate (for planning the slots again at an operator's
+    context)."""
+    from snapbuild.manifest.ladder import view_for
     from snapbuild.selection.forced import forced
     from snapbuild.selection.selector import select
 
@@ -43,25 +57,33 @@ def _choose_engine(
             f"the manifest {manifest.name!r} has no engine {engine!r}",
             resolution="use one of: " + ", ".join(e.name for e in manifest.engines),
         )
-    decision = select(manifest, host, engine=engine)
+    decision = select(manifest, host, engine=engine, option=option)
     if force and engine and (decision.selected is None or decision.selected.engine != engine):
-        decision = forced(decision, engine, manifest, how="`snapbuild serve --force`")
+        chosen = option
+        if chosen is None and decision.options:  # a ladder: the size the selector runs here
+            auto = select(manifest, host).selected
+            chosen = auto.option if auto else decision.options[-1].option  # else the smallest
+        how = "`snapbuild serve --force`"
+        decision = forced(decision, engine, manifest, option=chosen, how=how)
     if decision.selected is None:
         blockers = [
-            f"{c.engine}: {'; '.join(c.blockers) or 'not compatible'}" for c in decision.candidates
+            f"{c.engine}: {'; '.join(c.blockers) or 'not compatible'}"
+            for c in decision.no_fit_candidates()
         ]
         raise NoEngineError(
             f"no engine of {manifest.name} fits this machine",
             details="\n".join(blockers),
             resolution=f"see `snapbuild why-not {manifest.name}`, or force one with --engine",
         )
-    candidate = decision.candidate(decision.selected.engine)
-    return decision.selected, candidate.memory if candidate else None
+    candidate = decision.winner()
+    view = view_for(manifest, decision.selected.option)
+    return view, decision.selected, candidate.memory if candidate else None
 
 
 @click.command("serve")
 @click.argument("model")
 @click.option("--engine", "engine", default=None, help="Serve this engine instead of selecting.")
+@OPTION
 @click.option(
     "--force",
     is_flag=True,
@@ -91,6 +113,7 @@ def _choose_engine(
 def serve_cmd(
     model: str,
     engine: str | None,
+    option: str | None,
     force: bool,
     host: str,
     port_text: str | None,
@@ -106,10 +129,11 @@ def serve_cmd(
     from snapbuild.manifest.loader import load_manifest
     from snapbuild.serving.launch import serve_options
 
-    manifest = load_manifest(model)
     port = _port(port_text) if port_text else None
     profile = hwprobe.probe()
-    selected, memory = _choose_engine(manifest, profile, engine, force)
+    manifest, selected, memory = _choose_engine(
+        load_manifest(model), profile, engine, option, force
+    )
     chosen = manifest.engine(selected.engine)
     assert chosen is not None
     found: list[Path] = []
@@ -152,6 +176,7 @@ def serve_cmd(
 @click.command("fetch")
 @click.argument("model")
 @click.option("--engine", "engine", default=None, help="Fetch this engine's artifact.")
+@OPTION
 @click.option(
     "--record",
     is_flag=True,
@@ -159,19 +184,29 @@ def serve_cmd(
     "into the manifest file.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print where the files are, as JSON.")
-def fetch_cmd(model: str, engine: str | None, record: bool, as_json: bool) -> None:
-    """Download MODEL's artifact for an engine into the cache (resumable, verified)."""
+def fetch_cmd(
+    model: str, engine: str | None, option: str | None, record: bool, as_json: bool
+) -> None:
+    """Download MODEL's artifact for an engine into the cache (resumable, verified); for a model
+    ladder, of the option the selector picks here (or --option)."""
     from snapbuild.fetch.artifacts import engine_artifact, fetch, tqdm_progress
     from snapbuild.fetch.record import fetch_recording
+    from snapbuild.manifest.ladder import view_for
     from snapbuild.manifest.loader import load_manifest, resolve
 
     manifest = load_manifest(model)
+    if manifest.is_ladder and option is not None:
+        manifest = view_for(manifest, option)
+    elif manifest.is_ladder:  # the option this machine would run
+        manifest = _choose_engine(manifest, _probe(), engine)[0]
     if engine is None and len({e.artifact for e in manifest.engines}) > 1:
-        engine = _choose_engine(manifest, _probe(), None)[0].engine
+        engine = _choose_engine(manifest, _probe(), None)[1].engine
     artifact = engine_artifact(manifest, engine)
     progress = None if as_json else tqdm_progress
-    command = f"snapbuild fetch {shlex.quote(model)}" + (
-        f" --engine {shlex.quote(engine)}" if engine else ""
+    command = (
+        f"snapbuild fetch {shlex.quote(model)}"
+        + (f" --engine {shlex.quote(engine)}" if engine else "")
+        + (f" --option {shlex.quote(manifest.view_of)}" if manifest.view_of else "")
     )
     chosen = manifest.engine(engine) if engine else None
     projector = manifest.artifact(chosen.projector) if chosen and chosen.projector else None

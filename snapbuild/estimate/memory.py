@@ -64,14 +64,7 @@ def estimate(
     kv = kv_cache_bytes(shape, context_size, family)
     compute = compute_bytes(shape, context_size, family, peak=peak)
     overhead = host_overhead(shape, family)
-    return Breakdown(
-        total=shape.weights + kv + compute + overhead,
-        weights=shape.weights,
-        kv_cache=kv,
-        compute=compute,
-        overhead=overhead,
-        context_size=context_size,
-    )
+    return Breakdown.of(shape.weights, kv, compute, overhead, context_size)
 
 
 class MemoryPlan(KebabModel):
@@ -121,21 +114,11 @@ def plan_memory(
         steady_c = peak_c = reserved
     overhead = host + dev
 
-    def part(compute: int) -> Breakdown:
-        return Breakdown(
-            total=shape.weights + kv + compute + overhead,
-            weights=shape.weights,
-            kv_cache=kv,
-            compute=compute,
-            overhead=overhead,
-            context_size=context_size,
-        )
-
     return MemoryPlan(
         device=device,
         pool=pool,
-        steady=part(steady_c),
-        peak=part(peak_c),
+        steady=Breakdown.of(shape.weights, kv, steady_c, overhead, context_size),
+        peak=Breakdown.of(shape.weights, kv, peak_c, overhead, context_size),
         reserved_compute=reserved,
     )
 

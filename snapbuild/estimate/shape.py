@@ -49,6 +49,20 @@ class Breakdown(KebabModel):
     overhead: int
     context_size: int
 
+    @classmethod
+    def of(
+        cls, weights: int, kv_cache: int, compute: int, overhead: int, context_size: int
+    ) -> Breakdown:
+        """The breakdown of these parts, their sum as ``total``."""
+        return cls(
+            total=weights + kv_cache + compute + overhead,
+            weights=weights,
+            kv_cache=kv_cache,
+            compute=compute,
+            overhead=overhead,
+            context_size=context_size,
+        )
+
 
 class FamilyEstimator(Protocol):
     """How one runtime family sizes what grows besides the weights."""
@@ -92,4 +106,4 @@ def shape_from_facts(facts: ModelFacts, weights: int) -> ModelShape | None:
 
 def model_shape(manifest: Manifest, engine: Engine) -> ModelShape | None:
     """The shape of ``engine``'s model: the manifest's facts and its artifact's size."""
-    return shape_from_facts(manifest.model, manifest.artifact(engine.artifact).size)
+    return shape_from_facts(manifest.model, manifest.weights(engine).size)

@@ -11,10 +11,8 @@ that code, catalog and shipped manifests agree with them.
 from __future__ import annotations
 
 from functools import cache
-from importlib import resources
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
-import yaml
 from pydantic import (
     Field,
     NonNegativeFloat,
@@ -25,13 +23,8 @@ from pydantic import (
 )
 
 from snapbuild.manifest.model import ArtifactFormat
+from snapbuild.paths import read_data
 from snapcommon.model import KebabModel
-
-
-def read_data(name: str) -> Any:
-    """A YAML file of ``snapbuild/data`` as plain data (validate it before use)."""
-    text = resources.files("snapbuild").joinpath("data", name).read_text(encoding="utf-8")
-    return yaml.safe_load(text)
 
 
 class Quantization(KebabModel):

@@ -51,7 +51,9 @@ def local_file(source: LocalSource) -> Path | None:
     return located if located.is_file() else None
 
 
-def _located(manifest: Manifest, artifact: Artifact, file: ArtifactFile) -> Path | None:
+def located_file(manifest: Manifest, artifact: Artifact, file: ArtifactFile) -> Path | None:
+    """One file of an artifact on this machine: its installed ``local:`` copy, else the cache's
+    verified copy (``snapbuild fetch``); None when neither is there."""
     if file.local is not None and (found := local_file(file.local)) is not None:
         return found
     cached = artifact_dir(manifest, artifact) / file.path
@@ -63,7 +65,7 @@ def _located(manifest: Manifest, artifact: Artifact, file: ArtifactFile) -> Path
 def locate(manifest: Manifest, artifact: Artifact) -> Path | None:
     """The artifact's file (one-file artifacts) or directory (several files), when every file
     is present locally; None when anything is missing (then ``snapbuild fetch`` it)."""
-    found = [_located(manifest, artifact, f) for f in artifact.files]
+    found = [located_file(manifest, artifact, f) for f in artifact.files]
     if any(p is None for p in found):
         return None
     if len(found) == 1:
@@ -315,7 +317,7 @@ def _fetch_shards(file: ArtifactFile, part: Path, label: str, progress: Progress
 def engine_artifact(manifest: Manifest, engine_name: str | None) -> Artifact:
     """The artifact of ``engine_name`` (or of the only artifact, when no engine is named)."""
     if engine_name is None:
-        names = {e.artifact for e in manifest.engines}
+        names = {manifest.weights(e).name for e in manifest.engines}
         if len(names) == 1:
             return manifest.artifact(names.pop())
         raise UsageError(
@@ -329,7 +331,7 @@ def engine_artifact(manifest: Manifest, engine_name: str | None) -> Artifact:
             f"the manifest {manifest.name!r} has no engine {engine_name!r}",
             resolution="use one of: " + ", ".join(e.name for e in manifest.engines),
         )
-    return manifest.artifact(engine.artifact)
+    return manifest.weights(engine)
 
 
 def fetch(

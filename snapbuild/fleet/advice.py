@@ -96,6 +96,10 @@ class CounterfactualTable(KebabModel):
         return self
 
 
+# What moved: (change id, (engine, model option) before, (engine, model option) after); the
+# option is None for a single model, the engine before None where nothing ran.
+Moved = tuple[str, tuple[str | None, str | None], tuple[str, str | None]]
+
 # A change: (profile, params) -> (changed profile, details for the message), or None when it
 # does not apply to this profile.
 Change = Callable[[HostProfile, ChangeParams], "tuple[HostProfile, dict[str, str]] | None"]
@@ -103,20 +107,27 @@ Change = Callable[[HostProfile, ChangeParams], "tuple[HostProfile, dict[str, str
 
 @dataclass(frozen=True)
 class Advice:
-    """Hosts that one change moves from one engine (or none) to a better one."""
+    """Hosts that one change moves from one engine (or none) to a better one; for a model
+    ladder, from one model option to a larger one ("8 GiB more RAM: these hosts run 12b")."""
 
     change: str
     hosts: int
     from_engine: str | None
     to_engine: str
     message: str
+    from_option: str | None = None
+    to_option: str | None = None
 
     def to_data(self) -> dict[str, Any]:
+        ladder = (
+            {"from-option": self.from_option, "to-option": self.to_option} if self.to_option else {}
+        )
         return {
             "change": self.change,
             "hosts": self.hosts,
             "from": self.from_engine,
             "to": self.to_engine,
+            **ladder,
             "message": self.message,
         }
 
@@ -196,17 +207,18 @@ def counterfactuals() -> tuple[Counterfactual, ...]:
 
 
 def is_better(actual: Decision, changed: Decision) -> bool:
-    """Whether the changed host gets an engine the selector ranks above the current one."""
+    """Whether the changed host gets an engine (a ladder: an option and engine) the selector
+    ranks above the current one."""
     new = changed.selected
     if new is None:
         return False
     old = actual.selected
     if old is None:
         return True
-    if new.engine == old.engine:
+    if (new.engine, new.option) == (old.engine, old.option):
         return False
-    old_there = changed.candidate(old.engine)
-    new_there = changed.candidate(new.engine)
+    old_there = changed.candidate(old.engine, old.option)
+    new_there = changed.winner()
     if old_there is None or old_there.rank is None:
         return True
     return new_there is not None and new_there.rank is not None and new_there.rank < old_there.rank
@@ -217,7 +229,7 @@ def advise(plan: FleetPlan, selector: Selector) -> list[Advice]:
     hosts_per_key: dict[str, int] = {}
     for host in plan.inventory.hosts:
         hosts_per_key[host.key] = hosts_per_key.get(host.key, 0) + 1
-    tally: dict[tuple[str, str | None, str, tuple[tuple[str, str], ...]], int] = {}
+    tally: dict[tuple[Moved, tuple[tuple[str, str], ...]], int] = {}
     for key, count in hosts_per_key.items():
         actual = plan.outcomes[key].decision
         profile = plan.inventory.profiles[key]
@@ -231,22 +243,52 @@ def advise(plan: FleetPlan, selector: Selector) -> list[Advice]:
             changed = selector(plan.manifest, applied[0])
             if is_better(actual, changed):
                 moved.add(cf.group)
-                old = actual.selected.engine if actual.selected else None
-                assert changed.selected is not None
-                group = (cf.id, old, changed.selected.engine, tuple(sorted(applied[1].items())))
+                sel, new = actual.selected, changed.selected
+                assert new is not None
+                old = (sel.engine, sel.option) if sel else (None, None)
+                group = ((cf.id, old, (new.engine, new.option)), tuple(sorted(applied[1].items())))
                 tally[group] = tally.get(group, 0) + count
     messages = {cf.id: cf.message for cf in counterfactuals()}
     advice = [
-        Advice(cid, n, old, new, _message(messages[cid], n, old, new, dict(details)))
-        for (cid, old, new, details), n in tally.items()
+        Advice(
+            cid,
+            n,
+            old[0],
+            new[0],
+            _message(messages[cid], n, old, new, dict(details)),
+            old[1],
+            new[1],
+        )
+        for ((cid, old, new), details), n in tally.items()
     ]
     order = [cf.id for cf in counterfactuals()]
-    advice.sort(key=lambda a: (-a.hosts, order.index(a.change), a.from_engine or "", a.to_engine))
+    advice.sort(
+        key=lambda a: (
+            -a.hosts,
+            order.index(a.change),
+            a.from_option or "",
+            a.from_engine or "",
+            a.to_option or "",
+            a.to_engine,
+        )
+    )
     return advice
 
 
-def _message(template: str, hosts: int, old: str | None, new: str, details: dict[str, str]) -> str:
-    move = f"to engine {new}" if old is None else f"from engine {old} to engine {new}"
+def _runs(engine: str | None, option: str | None) -> str:
+    """``engine X``, or for a ladder ``model 12b (engine X)``."""
+    return f"model {option} (engine {engine})" if option else f"engine {engine}"
+
+
+def _message(
+    template: str,
+    hosts: int,
+    old: tuple[str | None, str | None],
+    new: tuple[str, str | None],
+    details: dict[str, str],
+) -> str:
+    to = _runs(*new)
+    move = f"to {to}" if old[0] is None else f"from {_runs(*old)} to {to}"
     return template.format(
         hosts=f"{hosts} host" if hosts == 1 else f"{hosts} hosts",
         have="has" if hosts == 1 else "have",

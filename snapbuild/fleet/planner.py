@@ -1,21 +1,24 @@
 """The fleet planner: one selector decision per distinct hardware profile, fanned out to hosts.
 
-The selector is a pure function of (manifest, profile), so hosts whose profiles are equal
-(everything but the hostname, see :mod:`snapbuild.fleet.inventory`) share one decision. A fleet of
-100,000 hosts built from a few hundred kinds of machine costs a few hundred selector calls; the rest
-is bookkeeping over plain dicts, never a pydantic object per host.
+The selector is a pure function of (manifest, profile) under its tables, so hosts whose profiles
+are equal (everything but the hostname, see :mod:`snapbuild.fleet.inventory`) share one decision.
+A fleet of 100,000 hosts built from a few hundred kinds of machine costs a few hundred selector
+calls; the rest is bookkeeping over plain dicts, never a pydantic object per host.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hwprobe.profile import HostProfile
 from snapbuild.fleet.inventory import Inventory, InventoryIssue
 from snapbuild.manifest.model import Manifest
 from snapbuild.selection.decision import Candidate, Decision
+
+if TYPE_CHECKING:  # the selector and its tables are imported when a plan is made
+    from snapbuild.selection.tables import SelectionTables
 
 # A host is "near its memory limit" when the selected engine leaves less than this fraction of
 # the memory it is measured against (RAM or VRAM) free: a browser tab or a second service away
@@ -60,12 +63,15 @@ class FleetPlan:
         return sum(1 for h in self.inventory.hosts if self.outcomes[h.key].selected is None)
 
 
-def default_selector(*, include_experimental: bool = False) -> Selector:
-    """The project's selector (issue 3's pure function), bound to the command's options."""
+def default_selector(
+    *, include_experimental: bool = False, tables: SelectionTables | None = None
+) -> Selector:
+    """The project's selector (issue 3's pure function), bound to the command's options and to
+    ``tables`` (None: the packaged ones), so a whole fleet is planned under one set of tables."""
     from snapbuild.selection.selector import select
 
     def run(manifest: Manifest, host: HostProfile) -> Decision:
-        return select(manifest, host, include_experimental=include_experimental)
+        return select(manifest, host, include_experimental=include_experimental, tables=tables)
 
     return run
 
@@ -92,9 +98,9 @@ def outcome(decision: Decision, near_margin: float = NEAR_LIMIT_MARGIN) -> Profi
     chosen = decision.selected
     if chosen is None:
         return ProfileOutcome(decision, None, no_engine_reasons(decision), False)
-    candidate = decision.candidate(chosen.engine)
-    memory = memory_block(candidate, near_margin)
+    memory = memory_block(decision.winner(), near_margin)
     selected: dict[str, Any] = {
+        **({"option": chosen.option} if chosen.option else {}),  # a ladder's model option
         "engine": chosen.engine,
         "runtime": chosen.runtime,
         "device": chosen.device,
@@ -127,9 +133,10 @@ def memory_block(candidate: Candidate | None, near_margin: float) -> dict[str, A
 
 
 def no_engine_reasons(decision: Decision) -> tuple[str, ...]:
-    """Why nothing fits: each engine's failed requirements, in the manifest's order."""
+    """Why nothing fits: each engine's failed requirements, in the manifest's order (a ladder:
+    on its smallest option, which is why no larger one fits either)."""
     reasons = []
-    for candidate in decision.candidates:
+    for candidate in decision.no_fit_candidates():
         blockers = candidate.blockers or tuple(r for r in candidate.reasons if r)
         reasons.append(f"{candidate.engine}: {'; '.join(blockers) or 'not selected'}")
     if not reasons:

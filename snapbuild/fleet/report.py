@@ -47,8 +47,10 @@ def host_rows(plan: FleetPlan) -> list[dict[str, Any]]:
 
 
 def summary(plan: FleetPlan, advice: list[Advice]) -> dict[str, Any]:
-    """Hosts per engine, no-engine groups, near-limit hosts and the advice."""
+    """Hosts per engine (a ladder: per model option too), no-engine groups, near-limit hosts
+    and the advice."""
     engines: dict[str, int] = {}
+    options: dict[str, int] = {}
     no_engine: dict[tuple[str, ...], list[str]] = {}
     near: dict[str, list[str]] = {}
     for host in plan.inventory.hosts:
@@ -58,6 +60,9 @@ def summary(plan: FleetPlan, advice: list[Advice]) -> dict[str, Any]:
             continue
         engine = outcome.selected["engine"]
         engines[engine] = engines.get(engine, 0) + 1
+        if "option" in outcome.selected:
+            option = outcome.selected["option"]
+            options[option] = options.get(option, 0) + 1
         if outcome.near_limit:
             near.setdefault(engine, []).append(host.hostname)
     near_hosts = [name for names in near.values() for name in names]
@@ -69,6 +74,11 @@ def summary(plan: FleetPlan, advice: list[Advice]) -> dict[str, Any]:
         "no-engine": len(plan.inventory.hosts) - planned,
         "skipped-entries": len(plan.issues),
         "engines": [{"engine": e, "hosts": n} for e, n in _by_count(engines)],
+        **(
+            {"options": [{"option": o, "hosts": n} for o, n in _by_count(options)]}
+            if plan.manifest.is_ladder
+            else {}
+        ),
         "no-engine-reasons": [
             {"hosts": len(names), "reasons": list(reasons), "examples": names[:EXAMPLES]}
             for reasons, names in sorted(no_engine.items(), key=lambda kv: (-len(kv[1]), kv[0]))
@@ -148,10 +158,12 @@ CSV_COLUMNS = (
 
 
 def to_csv(plan: FleetPlan) -> str:
-    """One row per host, for spreadsheets; reasons joined with ' | '."""
+    """One row per host, for spreadsheets; reasons joined with ' | ' (a ladder adds the model
+    option after the source)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    ladder = plan.manifest.is_ladder
+    writer.writerow((*CSV_COLUMNS[:2], "option", *CSV_COLUMNS[2:]) if ladder else CSV_COLUMNS)
     for row in host_rows(plan):
         sel = row["selected"] or {}
         mem = sel.get("memory") or {}
@@ -159,6 +171,7 @@ def to_csv(plan: FleetPlan) -> str:
             [
                 row["hostname"],
                 row["source"],
+                *([sel.get("option", "")] if ladder else []),
                 sel.get("engine", ""),
                 sel.get("runtime", ""),
                 sel.get("device", ""),
@@ -193,8 +206,9 @@ def to_text(plan: FleetPlan, advice: list[Advice]) -> str:
         mem = sel["memory"] or {}
         margin = f", margin {_gib(mem.get('margin'))}" if mem else ""
         near = " (near memory limit)" if mem.get("near-limit") else ""
+        option = f"model {sel['option']}, " if "option" in sel else ""
         lines.append(
-            f"  {row['hostname']:<{width}}  {sel['engine']} on {sel['device']}, context "
+            f"  {row['hostname']:<{width}}  {option}{sel['engine']} on {sel['device']}, context "
             f"{sel['context-size']}{margin}{near}"
         )
     lines.extend(_summary_text(summary(plan, advice)))
@@ -209,6 +223,7 @@ def _summary_text(data: dict[str, Any]) -> list[str]:
         "skipped)",
     ]
     lines.extend(f"  {e['engine']}: {e['hosts']}" for e in data["engines"])
+    lines.extend(f"  model {o['option']}: {o['hosts']}" for o in data.get("options", []))
     for group in data["no-engine-reasons"]:
         lines.append(f"  no engine for {group['hosts']} (e.g. {', '.join(group['examples'])}):")
         lines.extend(f"    {reason}" for reason in group["reasons"])

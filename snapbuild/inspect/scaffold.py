@@ -5,7 +5,9 @@ wrong head count that silently skews every memory estimate. Here every fact come
 (:mod:`snapbuild.inspect.gguf`, :mod:`snapbuild.inspect.exported`), the sha256 and size are
 computed, the engines are every catalog runtime that reads the format and serves the model's
 kind, and what no file can say (title, description, licence when the file has none, download
-URLs) is written as a value marked ``REVIEW`` and listed for the packager.
+URLs) is written as a value marked ``REVIEW`` and listed for the packager. Files of several sizes
+of one family make a model ladder (:mod:`snapbuild.inspect.sizes`): one option per size, the
+largest first, and engines that name a quantization.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import yaml
 
 from runtimes.catalog import RuntimeEntry, load_catalog
 from snapbuild.inspect.gguf import FileFacts, is_gguf, read_gguf_facts
+from snapbuild.inspect.sizes import group_sizes, option_name, split_facts
+from snapbuild.manifest.ladder import DEFAULT_MIN_TOKENS_PER_SECOND
 from snapbuild.manifest.spdx import license_problem, spdx_id
 from snapbuild.selection.hardware import vendor_name
 from snapcommon.errors import UsageError
@@ -109,21 +113,6 @@ def _slug(text: str) -> str:
     return slug if re.search(r"[a-z]", slug) and len(slug) >= 2 else f"model-{slug}".strip("-")
 
 
-def _same_model(sources: list[Source]) -> None:
-    first = sources[0].facts
-    for other in sources[1:]:
-        for key, value in first.facts.items():
-            theirs = other.facts.facts.get(key)
-            if key != "parameters" and theirs is not None and theirs != value:
-                raise UsageError(
-                    f"{other.path.name} is not the same model as {first.path.name}",
-                    details=f"{key}: {value!r} in {first.path.name}, {theirs!r} in "
-                    f"{other.path.name}",
-                    resolution="give several quantizations of one model, or run `new` once "
-                    "per model",
-                )
-
-
 def new_manifest(
     paths: list[Path],
     *,
@@ -132,15 +121,19 @@ def new_manifest(
     url_base: str | None = None,
     license_text: str | None = None,
 ) -> Scaffold:
-    """The manifest for ``paths`` (one model, one or more quantizations), to be written at
-    ``output`` (local paths are written relative to its directory)."""
+    """The manifest for ``paths`` (one model in one or more quantizations, or several sizes of
+    one family: a ladder), to be written at ``output`` (local paths are written relative to its
+    directory)."""
     sources = [inspect_source(p) for p in paths]
-    _same_model(sources)
-    lead = sources[0].facts
+    groups = group_sizes([s.facts for s in sources])
+    lead = sources[groups[0][0]].facts
     snap = _slug(name or lead.basename or lead.name or sources[0].path.name.split(".")[0])
     sc = Scaffold(data={})
     _metadata(sc, snap, lead, license_text)
-    facts = {k.replace("_", "-"): v for k, v in lead.facts.items()}
+    if len(groups) > 1:
+        _ladder(sc, snap, sources, groups, output.parent, url_base)
+        return sc
+    facts = _kebab(lead.facts)
     sc.data["model"] = {"architecture": facts.pop("architecture"), "kind": lead.kind, **facts}
     sc.decided.append(
         f"model facts from {lead.path.name}: "
@@ -150,6 +143,48 @@ def new_manifest(
     sc.data["artifacts"] = [_artifact(sc, snap, s, output.parent, url_base) for s in sources]
     sc.data["engines"] = _engines(sc, sources, sc.data["artifacts"], lead.kind)
     return sc
+
+
+def _kebab(facts: dict[str, Any]) -> dict[str, Any]:
+    return {k.replace("_", "-"): v for k, v in facts.items()}
+
+
+def _ladder(
+    sc: Scaffold,
+    snap: str,
+    sources: list[Source],
+    groups: list[list[int]],
+    base: Path,
+    url_base: str | None,
+) -> None:
+    """Options (largest first) with their own facts, the family's shared facts, one artifact
+    per file tagged with its option, engines by quantization."""
+    lead = sources[groups[0][0]].facts
+    shared, own = split_facts([sources[g[0]].facts for g in groups])
+    sc.data["min-tokens-per-second"] = DEFAULT_MIN_TOKENS_PER_SECOND
+    sc.comments["min-tokens-per-second"] = (
+        f"{REVIEW}: the decode speed a larger size must reach on a machine to be chosen"
+    )
+    family = _kebab(shared)
+    sc.data["model"] = {"architecture": family.pop("architecture"), "kind": lead.kind, **family}
+    _kind_notes(sc, lead)
+    taken: set[str] = set()
+    options: list[dict[str, Any]] = []
+    artifacts: list[dict[str, Any]] = []
+    for group, facts in zip(groups, own, strict=True):
+        option = option_name(sources[group[0]].facts, taken)
+        taken.add(option)
+        options.append({"name": option, "model": _kebab(facts)})
+        artifacts += [_artifact(sc, snap, sources[i], base, url_base, option) for i in group]
+        files = ", ".join(sources[i].path.name for i in group)
+        sc.decided.append(f"option {option}: {files}")
+    sc.data["options"] = options
+    sc.data["artifacts"] = artifacts
+    sc.data["engines"] = _engines(sc, sources, artifacts, lead.kind, ladder=True)
+    sc.review.append(
+        "options: listed largest first, the order the selector prefers them in; rename them "
+        "(from their parameter counts) or give each a title"
+    )
 
 
 def _metadata(sc: Scaffold, snap: str, lead: FileFacts, license_text: str | None) -> None:
@@ -206,10 +241,15 @@ def _kind_notes(sc: Scaffold, lead: FileFacts) -> None:
 
 
 def _artifact(
-    sc: Scaffold, snap: str, src: Source, base: Path, url_base: str | None
+    sc: Scaffold,
+    snap: str,
+    src: Source,
+    base: Path,
+    url_base: str | None,
+    option: str | None = None,
 ) -> dict[str, Any]:
     quant = src.facts.quantization or "fp32"
-    name = _slug(f"{snap}-{quant}")
+    name = _slug(f"{snap}-{option}-{quant}" if option else f"{snap}-{quant}")
     files = []
     for path in src.files:
         entry: dict[str, Any] = {"path": path.name}
@@ -228,7 +268,14 @@ def _artifact(
             f"artifact {name}: local-only (no url): `make` copies the files into the project; "
             "give --url-base (or url: per file) to download them in the build instead"
         )
-    return {"name": name, "format": src.facts.format, "quantization": quant, "files": files}
+    tagged = {"option": option} if option else {}
+    return {
+        "name": name,
+        **tagged,
+        "format": src.facts.format,
+        "quantization": quant,
+        "files": files,
+    }
 
 
 def _local_path(path: Path, base: Path) -> str:
@@ -253,21 +300,36 @@ def _summary(entry: RuntimeEntry, quant: str) -> str:
 
 
 def _engines(
-    sc: Scaffold, sources: list[Source], artifacts: list[dict[str, Any]], kind: str
+    sc: Scaffold,
+    sources: list[Source],
+    artifacts: list[dict[str, Any]],
+    kind: str,
+    *,
+    ladder: bool = False,
 ) -> list[dict[str, Any]]:
+    """Every catalog runtime that reads an artifact's format and serves ``kind``: per artifact
+    for one model, per quantization for a ladder (each engine then runs every size)."""
     engines: list[dict[str, Any]] = []
-    for i, (src, art) in enumerate(zip(sources, artifacts, strict=True)):
+    by_file = {a["files"][0]["path"]: a for a in artifacts}
+    picks: dict[tuple[str, str], dict[str, Any]] = {}
+    for src in sources:
+        art = by_file[src.files[0].name]
+        key = (src.facts.format, art["quantization"]) if ladder else (art["name"], "")
+        picks.setdefault(key, art)
+    for i, art in enumerate(picks.values()):
+        fmt = art["format"]
         suffix = "" if i == 0 else "-" + _slug(art["quantization"])
         for entry in load_catalog().runtimes:
-            if src.facts.format not in entry.formats or kind not in entry.capabilities:
+            if fmt not in entry.formats or kind not in entry.capabilities:
                 continue
+            runs = {"quantization": art["quantization"]} if ladder else {"artifact": art["name"]}
             engine: dict[str, Any] = {
                 "name": f"{_engine_name(entry)}{suffix}",
                 "summary": _summary(entry, art["quantization"]),
                 "runtime": entry.id,
-                "artifact": art["name"],
+                **runs,
             }
-            if entry.family == "openvino" and src.facts.format == "gguf":
+            if entry.family == "openvino" and fmt == "gguf":
                 engine["experimental"] = True
             engines.append(engine)
     if not engines:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from snapbuild.inspect.gguf import FileFacts, is_gguf, read_gguf_facts
+from snapbuild.manifest.ladder import view_for
 from snapbuild.manifest.model import Artifact, ArtifactFile, Manifest
 from snapbuild.manifest.spdx import license_problem
 from snapcommon.errors import ManifestError, UsageError
@@ -130,7 +131,8 @@ def _artifact(manifest: Manifest, index: int, artifact: Artifact) -> list[Findin
             )
         ]
     if facts is not None:
-        out += _compare(manifest, where, artifact, facts)
+        # a ladder's file states its own size's facts: compare with that option's view
+        out += _compare(view_for(manifest, artifact.option), where, artifact, facts)
     return out
 
 

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from snapbuild.fetch.local import resolve_local_paths
 from snapbuild.manifest import yaml_rt
+from snapbuild.manifest.ladder_problems import ladder_problems
 from snapbuild.manifest.model import Manifest
 from snapbuild.manifest.problems import (
     SCHEMA_HINT,
@@ -157,7 +158,7 @@ def _load(path: Path, shown: str) -> Manifest:
     problems = _drop_parent_noise(problems)
     located += snake_case_keys(root)
     if manifest is not None:
-        located += context_problems(manifest)
+        located += context_problems(manifest) + ladder_problems(manifest)
     problems += [
         Problem(shown, line_of(root, loc), field_name(loc), msg, fix) for loc, msg, fix in located
     ]

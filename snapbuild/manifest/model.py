@@ -5,6 +5,12 @@ the weight artifacts, and the engines (runtime + artifact + device requirements)
 here are frozen, reject unknown keys and use kebab-case keys, so a typo in a manifest is an
 error that names the field rather than a silently ignored key. Loading with file/line/field
 errors lives in :mod:`snapbuild.manifest.loader`.
+
+A manifest holds one model, or a *ladder*: ``options`` lists sizes of one family (Gemma 3 270M
+... 27B), each artifact belongs to one option and each engine names a quantization instead of an
+artifact, so one engine applies to every size. :mod:`snapbuild.manifest.ladder` turns a ladder
+into one single-model view per option, which is what the selector, the builder and the snap
+work with; a manifest without ``options`` is read exactly as before.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, PrivateAttr, field_validator, model_validator
 
 from hwprobe.profile import X86Level
 from snapcommon.model import KebabModel
@@ -176,6 +182,7 @@ class Artifact(KebabModel):
     # loads beside its weights to read images (or sound) into the language model
     role: ArtifactRole = "weights"
     inputs: tuple[Modality, ...] = ("text",)  # what these files read
+    option: str | None = None  # a ladder: the model option (size) these files belong to
 
     @field_validator("name")
     @classmethod
@@ -251,12 +258,17 @@ class Engine(KebabModel):
     name: str
     summary: str
     runtime: str  # an id of the runtime catalog (runtimes/catalog.yaml)
-    artifact: str  # an artifact name of this manifest
+    artifact: str | None = None  # an artifact name of this manifest (a ladder: leave it out)
     projector: str | None = None  # a projector artifact loaded beside it (images, sound)
     requires: Requirements = Requirements()
     context_size: int | None = Field(default=None, gt=0)  # default context; None: manifest's
     min_context_size: int | None = Field(default=None, gt=0)
     experimental: bool = False
+    # a ladder: the engine runs each option's weights in this quantization (and, for GGUF
+    # weights, that option's projector), on the options listed (none listed: every option
+    # that has weights in this quantization)
+    quantization: str | None = None
+    options: tuple[str, ...] = ()
 
     @field_validator("name")
     @classmethod
@@ -264,8 +276,27 @@ class Engine(KebabModel):
         return _check_name(v, "engine name")
 
 
+class ModelOption(KebabModel):
+    """One size of a model family: a rung of the ladder a snap picks from.
+
+    ``model`` holds this size's facts (layers, heads, widths, trained context, window, vision);
+    what it leaves out comes from the manifest's top-level ``model``, which holds what the family
+    shares (kind, vocabulary, chat template). The options are listed best first: that order is
+    the quality order the selector ranks by.
+    """
+
+    name: str
+    title: str | None = None  # e.g. "Gemma 3 12B"; shown by `<snap> models`
+    model: ModelFacts
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _check_name(v, "option name")
+
+
 class Manifest(KebabModel):
-    """One inference snap."""
+    """One inference snap: one model, or a ladder of model options (``options``)."""
 
     schema_version: Literal[1] = 1
     name: str
@@ -289,9 +320,16 @@ class Manifest(KebabModel):
     # the smallest context worth serving: the selector steps a context down to fit memory,
     # never below this (an engine's own min-context-size wins)
     min_context_size: int = Field(default=512, gt=0)
-    model: ModelFacts
+    model: ModelFacts  # a ladder: what its options share
     artifacts: tuple[Artifact, ...] = Field(min_length=1)
     engines: tuple[Engine, ...] = Field(min_length=1)
+    # a ladder: the model options, best first (the ladder's rules: snapbuild.manifest.problems)
+    options: tuple[ModelOption, ...] = ()
+    # a ladder: the decode speed a larger option must reach on a machine to be chosen over a
+    # smaller one (None: snapbuild.manifest.ladder.DEFAULT_MIN_TOKENS_PER_SECOND)
+    min_tokens_per_second: float | None = Field(default=None, gt=0)
+    # the option this manifest is a single-model view of (snapbuild.manifest.ladder.option_view)
+    _view_of: str | None = PrivateAttr(default=None)
 
     @field_validator("name")
     @classmethod
@@ -302,9 +340,16 @@ class Manifest(KebabModel):
     def _cross_references(self) -> Manifest:
         _unique([a.name for a in self.artifacts], "artifact")
         _unique([e.name for e in self.engines], "engine")
+        if self.options:
+            return self  # a ladder's references: snapbuild.manifest.problems.ladder_problems
         known = {a.name for a in self.artifacts if a.role == "weights"}
         projectors = {a.name for a in self.artifacts if a.role == "projector"}
         for engine in self.engines:
+            if engine.artifact is None:
+                raise ValueError(
+                    f"engine {engine.name!r} names no artifact; give it artifact: NAME (only a "
+                    "manifest with options: picks weights by quantization)"
+                )
             if engine.artifact not in known:
                 raise ValueError(
                     f"engine {engine.name!r} names artifact {engine.artifact!r}, which is not "
@@ -317,13 +362,34 @@ class Manifest(KebabModel):
                 )
         return self
 
+    @property
+    def is_ladder(self) -> bool:
+        """Whether this manifest lists model options (a view of one option is not a ladder)."""
+        return bool(self.options)
+
+    @property
+    def view_of(self) -> str | None:
+        """The option this manifest is the single-model view of; None for a manifest as loaded."""
+        return self._view_of
+
+    def option(self, name: str) -> ModelOption | None:
+        """The model option called ``name``, or None."""
+        return next((o for o in self.options if o.name == name), None)
+
     def artifact(self, name: str) -> Artifact:
         """The artifact called ``name`` (validated to exist for every engine)."""
         return next(a for a in self.artifacts if a.name == name)
 
+    def weights(self, engine: Engine) -> Artifact:
+        """The weights ``engine`` runs. A ladder's engines name none until they are resolved
+        for an option (:func:`snapbuild.manifest.ladder.option_view`): asking then is a bug."""
+        if engine.artifact is None:
+            raise ValueError(f"engine {engine.name!r} of a ladder has no weights until resolved")
+        return self.artifact(engine.artifact)
+
     def engine_artifacts(self, engine: Engine) -> tuple[Artifact, ...]:
         """The weights and, when the engine has one, the projector it loads beside them."""
-        own = (self.artifact(engine.artifact),)
+        own = (self.weights(engine),)
         return own + ((self.artifact(engine.projector),) if engine.projector else ())
 
     def engine_inputs(self, engine: Engine) -> tuple[Modality, ...]:

@@ -226,6 +226,10 @@ def reference_problems(data: dict[str, Any]) -> list[Located]:
             seen.setdefault(name, i)
     names = [a.get("name") for a in data.get("artifacts") or [] if isinstance(a, dict)]
     for i, eng in enumerate(data.get("engines") or []):
+        if isinstance(eng, dict) and "artifact" not in eng and not data.get("options"):
+            # optional in the model because a ladder's engines name a quantization instead
+            message, fix = fix_for({"loc": ("engines", i, "artifact"), "type": "missing"})
+            out.append((("engines", i, "artifact"), message, fix))
         if (
             isinstance(eng, dict)
             and isinstance(eng.get("artifact"), str)

@@ -60,6 +60,7 @@ def build_project(
     engines: Sequence[str] = (),
     variant: str | None = None,
     architectures: Sequence[str] = (),
+    options: Sequence[str] = (),
     source: str | None = None,
     grade: str | None = None,
     sideload: bool = False,
@@ -68,7 +69,12 @@ def build_project(
     """Render a project in memory. ``source`` None means: vendor this project's source."""
     catalog = catalog or load_catalog()
     plan = plan_build(
-        manifest, catalog, engines=engines, variant=variant, architectures=architectures
+        manifest,
+        catalog,
+        engines=engines,
+        variant=variant,
+        architectures=architectures,
+        options=options,
     )
     project = project_data(
         manifest, plan, catalog, source=source or SOURCE_DIR, grade=grade, sideload=sideload
@@ -79,12 +85,16 @@ def build_project(
 
 
 def filtered_manifest(manifest: Manifest, plan: BuildPlan) -> dict[str, Any]:
-    """The manifest as data, holding only the engines (and their artifacts) this snap carries."""
+    """The manifest as data, holding only the engines (and their artifacts, and a ladder's
+    options) this snap carries."""
     data = manifest_to_data(manifest)
     kept = {e.name for e in plan.engines}
     used = {c.artifact for c in plan.components if c.artifact}  # weights and projectors
     data["engines"] = [e for e in data["engines"] if e["name"] in kept]
     data["artifacts"] = [a for a in data["artifacts"] if a["name"] in used]
+    if "options" in data:
+        carried = {e.option for e in plan.engines}
+        data["options"] = [o for o in data["options"] if o["name"] in carried]
     return data
 
 
@@ -140,11 +150,12 @@ def summary_text(built: BuiltProject) -> str:
         f"{built.project['grade']}",
         "Engines:",
     ]
-    width = max(len(e.name) for e in plan.engines)
-    for e in plan.engines:
+    named = [(f"{e.option}/{e.name}" if e.option else e.name, e) for e in plan.engines]
+    width = max(len(name) for name, _ in named)
+    for name, e in named:
         needs = "; ".join([*e.needs, *(f"interface {i}" for i in e.interfaces)]) or "nothing"
         flag = " (experimental)" if e.experimental else ""
-        lines.append(f"  {e.name:<{width}}  {e.runtime} + {e.artifact}{flag}")
+        lines.append(f"  {name:<{width}}  {e.runtime} + {e.artifact}{flag}")
         lines.append(f"  {'':<{width}}  needs: {needs}")
     lines.append("Components:")
     cwidth = max(len(c.name) for c in plan.components)

@@ -79,8 +79,13 @@ def read_engine_data(path: Path) -> dict[str, Any] | None:
     return data
 
 
-def packed_components(data: dict[str, Any] | None, engine: str) -> list[str] | None:
-    """The components ``engine`` needs as the builder packed them (None when not recorded)."""
+def packed_components(
+    data: dict[str, Any] | None, engine: str, option: str | None = None
+) -> list[str] | None:
+    """The components ``engine`` needs (running ladder option ``option``) as the builder packed
+    them (None when not recorded)."""
+    if data is not None and option is not None:
+        data = (data.get("options") or {}).get(option)
     entry = (data.get("engines") or {}).get(engine) if data else None
     return None if entry is None else [str(c) for c in entry["components"]]
 

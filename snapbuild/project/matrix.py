@@ -1,7 +1,8 @@
 """Per-silicon build matrices and the GitHub Actions workflow that consumes them.
 
 One matrix entry is one snap build: an architecture, a build variant (the catalog's
-``variants``) and one model artifact, with the engines of that variant using that artifact. The
+``variants``) and one model artifact, with the engines of that variant using that artifact (a
+ladder's artifact belongs to one model option, which the entry names for ``make --options``). The
 workflow's first job prints the matrix with ``snapbuild matrix --format github``; the build job
 fans out over it, renders each project with ``snapbuild make`` and packs it with snapcraft's
 official action, so the matrix is computed by the same code that renders the projects.
@@ -57,6 +58,7 @@ def _entries(plan: BuildPlan, arch: str) -> list[dict[str, Any]]:
     for artifact in dict.fromkeys(e.artifact for e in plan.engines):
         engines = [e for e in plan.engines if e.artifact == artifact]
         components = list(dict.fromkeys(c for e in engines for c in e.components))
+        option = {"options": engines[0].option} if engines[0].option else {}
         out.append(
             {
                 "id": f"{plan.model}-{plan.variant}-{artifact}-{arch}",
@@ -64,6 +66,7 @@ def _entries(plan: BuildPlan, arch: str) -> list[dict[str, Any]]:
                 "architecture": arch,
                 "variant": plan.variant,
                 "artifact": artifact,
+                **option,
                 "engines": ",".join(e.name for e in engines),
                 "runtimes": ",".join(dict.fromkeys(e.runtime for e in engines)),
                 "components": components,
@@ -108,12 +111,11 @@ def workflow_data(
         "ENGINES": "${{ matrix.engines }}",
         "ARCH": "${{ matrix.architecture }}",
     }
-    make_step = {
-        "name": "Render the snapcraft project",
-        "env": env,
-        "run": 'snapbuild make "$MODEL" --variant "$VARIANT" --engines "$ENGINES" '
-        '--arch "$ARCH" -o build/snap',
-    }
+    run = 'snapbuild make "$MODEL" --variant "$VARIANT" --engines "$ENGINES" --arch "$ARCH"'
+    if manifest.is_ladder:  # one model option's artifact per build
+        env["OPTIONS"] = "${{ matrix.options }}"
+        run += ' --options "$OPTIONS"'
+    make_step = {"name": "Render the snapcraft project", "env": env, "run": run + " -o build/snap"}
     pack_step = {
         "name": "Pack the snap and its components",
         "if": "${{ !matrix.remote-build }}",

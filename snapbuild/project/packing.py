@@ -9,6 +9,7 @@ and runtimes a snap carries) because the limits and names here are the Store's a
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from posixpath import basename
 from typing import Literal
 from urllib.parse import urlparse
@@ -61,12 +62,12 @@ class JoinPlan(KebabModel):
     pieces: tuple[Piece, ...]
 
 
-def artifact_components(manifest: Manifest, engines: list[Engine]) -> tuple[ComponentPlan, ...]:
-    used = list(dict.fromkeys(a.name for e in engines for a in manifest.engine_artifacts(e)))
-    out: list[ComponentPlan] = []
-    for name in used:
-        out.extend(pack(manifest.artifact(name)))
-    return tuple(out)
+def artifact_components(pairs: Sequence[tuple[Manifest, Engine]]) -> tuple[ComponentPlan, ...]:
+    """The components of every artifact the (manifest, engine) pairs load, each packed once:
+    a ladder's pairs are resolved per option, so each option's weights are components of
+    their own."""
+    used = {a.name: a for view, e in pairs for a in view.engine_artifacts(e)}
+    return tuple(c for artifact in used.values() for c in pack(artifact))
 
 
 def _pieces(artifact: Artifact, file: ArtifactFile, file_index: int) -> list[Piece]:

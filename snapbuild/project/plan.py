@@ -1,16 +1,21 @@
 """What goes into one snap: the engines kept, their components, and how big weights are split.
 
 A plan is pure data derived from a manifest, the runtime catalog and the user's choices
-(``--engines``, ``--variant``, ``--arch``). Rendering, the summary, the CI matrix and the
-install-time engine data all read the same plan, so they cannot disagree about which component
-holds what.
+(``--engines``, ``--variant``, ``--arch``, ``--options``). Rendering, the summary, the CI matrix
+and the install-time engine data all read the same plan, so they cannot disagree about which
+component holds what. A model ladder's engines are planned per option (one single-model view
+each, :mod:`snapbuild.manifest.ladder`): each (option, engine) needs the runtime's component
+and that option's weights in the engine's quantization, so the snap installs one size only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pydantic import Field
+
 from runtimes.catalog import RuntimeCatalog, RuntimeEntry, Variant
+from snapbuild.manifest.ladder import views
 from snapbuild.manifest.model import (
     Condition,
     Engine,
@@ -19,6 +24,10 @@ from snapbuild.manifest.model import (
 from snapbuild.project.packing import ComponentPlan, JoinPlan, artifact_components, plan_joins
 from snapcommon.errors import ManifestError, UsageError
 from snapcommon.model import KebabModel
+
+# one engine as it runs one option: the manifest it is resolved in (a ladder's option view, or
+# the single model) and the engine with its artifact
+Pair = tuple[Manifest, Engine]
 
 ALL_VARIANT = "all"
 
@@ -35,6 +44,7 @@ class EnginePlan(KebabModel):
     interfaces: tuple[str, ...]
     needs: tuple[str, ...]  # its requirements, as sentences
     experimental: bool = False
+    option: str | None = Field(default=None, exclude_if=lambda v: v is None)  # a ladder's size
 
 
 class LeftOut(KebabModel):
@@ -69,8 +79,10 @@ def plan_build(
     engines: Sequence[str] = (),
     variant: str | None = None,
     architectures: Sequence[str] = (),
+    options: Sequence[str] = (),
 ) -> BuildPlan:
-    """Decide the engines, components and shards of one snap (pure)."""
+    """Decide the engines, components and shards of one snap (pure); ``options``: the ladder's
+    model options to carry (none given: all)."""
     arches = _architectures(manifest, architectures)
     runtimes = {e.name: _runtime(catalog, e) for e in manifest.engines}
     chosen = _by_engines(manifest, engines)
@@ -82,9 +94,10 @@ def plan_build(
             details="\n".join(f"{lo.engine}: {lo.reason}" for lo in left_out) or None,
             resolution="choose other --engines, --variant or --arch",
         )
-    artifacts = artifact_components(manifest, kept)
+    pairs = _pairs(manifest, {e.name for e in kept}, options)
+    artifacts = artifact_components(pairs)
     runtime_components = _runtime_components(kept, runtimes, {c.name for c in artifacts})
-    engine_plans = tuple(_engine_plan(e, runtimes[e.name], artifacts) for e in kept)
+    engine_plans = tuple(_engine_plan(v, e, runtimes[e.name], artifacts) for v, e in pairs)
     return BuildPlan(
         model=manifest.name,
         version=manifest.version,
@@ -94,8 +107,22 @@ def plan_build(
         components=runtime_components + artifacts,
         joins=plan_joins(manifest, artifacts),
         left_out=tuple(left_out),
-        notes=_notes(manifest, kept),
+        notes=_notes(manifest, pairs),
     )
+
+
+def _pairs(manifest: Manifest, kept: set[str], options: Sequence[str]) -> list[Pair]:
+    """Each kept engine as it runs each carried option (a single model: as it is)."""
+    names = [o.name for o in manifest.options]
+    unknown = [o for o in options if o not in names]
+    if unknown or (options and not manifest.is_ladder):
+        raise UsageError(
+            f"{manifest.name!r} has no model option {', '.join(map(repr, unknown or options))}",
+            details=f"options: {', '.join(names)}" if names else "it holds one model",
+            resolution="pass --options with names from that list (comma-separated)",
+        )
+    carried = [v for v in views(manifest) if not options or v.view_of in options]
+    return [(v, e) for v in carried for e in v.engines if e.name in kept]
 
 
 def _architectures(manifest: Manifest, requested: Sequence[str]) -> tuple[str, ...]:
@@ -254,20 +281,21 @@ def _runtime_components(
 
 
 def _engine_plan(
-    engine: Engine, runtime: RuntimeEntry, artifacts: tuple[ComponentPlan, ...]
+    view: Manifest, engine: Engine, runtime: RuntimeEntry, artifacts: tuple[ComponentPlan, ...]
 ) -> EnginePlan:
-    wanted = (engine.artifact, *((engine.projector,) if engine.projector else ()))
+    wanted = [a.name for a in view.engine_artifacts(engine)]  # the weights, then any projector
     weights = tuple(c.name for name in wanted for c in artifacts if c.artifact == name)
     return EnginePlan(
         name=engine.name,
         runtime=runtime.id,
         device=runtime.device,
         vendors=engine_vendors(engine, runtime),
-        artifact=engine.artifact,
+        artifact=wanted[0],
         components=(runtime.component, *weights),
         interfaces=runtime.interfaces,
         needs=_needs(engine),
         experimental=engine.experimental,
+        option=view.view_of,
     )
 
 
@@ -304,9 +332,9 @@ def describe(cond: Condition) -> str:
     return f"{cond.npu.vendor} NPU" + (" with its driver loaded" if cond.npu.driver_loaded else "")
 
 
-def _notes(manifest: Manifest, engines: list[Engine]) -> tuple[str, ...]:
+def _notes(manifest: Manifest, pairs: list[Pair]) -> tuple[str, ...]:
     notes = []
-    for name in dict.fromkeys(a.name for e in engines for a in manifest.engine_artifacts(e)):
+    for name in dict.fromkeys(a.name for v, e in pairs for a in v.engine_artifacts(e)):
         files = manifest.artifact(name).files
         placeholders = sum(f.placeholder for f in files)
         if placeholders:

@@ -46,8 +46,9 @@ SOURCE_ITEMS = (
     "snaps",
 )
 # Toolkit-only packages, left out: `snapbuild try`'s machinery and its snapctl stand-in simulate
-# snapd from outside a snap; nothing an installed snap runs may use them.
-TOOLKIT_ONLY = ("snapbuild/trial",)
+# snapd from outside a snap, and `snapbuild pack` builds snaps; nothing an installed snap runs
+# may use them.
+TOOLKIT_ONLY = ("snapbuild/trial", "snapbuild/pack")
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
 
 
@@ -153,13 +154,25 @@ def engine_data(plan: BuildPlan, catalog: RuntimeCatalog) -> dict[str, Any]:
         "schema-version": 1,
         "snap": plan.model,
         "variant": plan.variant,
-        "engines": {
-            e.name: {"runtime": e.runtime, "artifact": e.artifact, "components": list(e.components)}
-            for e in plan.engines
-        },
+        **_engines(plan),
         "components": components,
         "artifacts": _artifact_files(plan),
     }
+
+
+def _engines(plan: BuildPlan) -> dict[str, Any]:
+    """Each engine's components; a ladder's per option (``options: {4b: {engines: ...}}``), so
+    the snap installs the one size it runs."""
+    entries: dict[str | None, dict[str, Any]] = {}
+    for e in plan.engines:
+        entries.setdefault(e.option, {})[e.name] = {
+            "runtime": e.runtime,
+            "artifact": e.artifact,
+            "components": list(e.components),
+        }
+    if None in entries:
+        return {"engines": entries[None]}
+    return {"options": {option: {"engines": engines} for option, engines in entries.items()}}
 
 
 def _artifact_files(plan: BuildPlan) -> dict[str, Any]:

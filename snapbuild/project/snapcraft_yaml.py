@@ -21,6 +21,7 @@ from snapbuild.manifest.spdx import license_problem
 from snapbuild.paths import templates_dir
 from snapbuild.project.packing import ComponentPlan, Piece, download_name
 from snapbuild.project.plan import BuildPlan
+from snapbuild.project.requirements import serve_requirements
 from snapcommon.errors import UsageError
 
 # core24's python3; the python plugin installs packages into this venv directory.
@@ -36,6 +37,22 @@ DOC_SOURCE_DIR = "snapbuild-doc"
 LINKS = ("website", "source-code", "issues", "contact")
 # snapd loads the intel-npu-driver snap's user-mode driver from the npu-libs content target.
 NPU_LIBRARY_PATH = "$SNAP/usr/lib/npu-libs-2404"
+# What a runtime component must not ship (`prime: [-...]` of its parts): the cmake install's
+# development files (headers, CMake and pkg-config files: nothing is built against a
+# component), and what creating the python part's venv leaves besides its site-packages (the
+# interpreter link, pip and its scripts, activate scripts, pyvenv.cfg, the empty
+# lib/python3.12 the site-packages were organized out of). The loader reads usr/bin,
+# usr/lib and the site-packages (runtimes/component_tree.py, snapbuild/components.yaml).
+NATIVE_LEFTOVERS = ("usr/include", "usr/lib/cmake", "usr/lib/pkgconfig")
+VENV_LEFTOVERS = (
+    "bin",
+    "include",
+    "lib64",
+    "lib/python3.12",
+    "pyvenv.cfg",
+    f"{COMPONENT_SITE_PACKAGES}/pip",
+    f"{COMPONENT_SITE_PACKAGES}/pip-*.dist-info",
+)
 
 
 def snap_license(text: str) -> str | None:
@@ -187,7 +204,7 @@ def _fit(text: str, limit: int = SUMMARY_LIMIT) -> str:
 
 
 def _component(manifest: Manifest, plan: BuildPlan, comp: ComponentPlan) -> dict[str, Any]:
-    users = [e.name for e in plan.engines if comp.name in e.components]
+    users = list(dict.fromkeys(e.name for e in plan.engines if comp.name in e.components))
     if comp.kind == "runtime":
         labels = ", ".join(comp.runtimes)
         summary = _fit(f"{labels} runtime")
@@ -201,9 +218,9 @@ def _component(manifest: Manifest, plan: BuildPlan, comp: ComponentPlan) -> dict
             else ""
         )
         what = "image encoder (projector)" if artifact.role == "projector" else "weights"
-        summary = _fit(
-            f"{artifact.format} {artifact.quantization} {what}{part} of {manifest.title}"
-        )
+        option = manifest.option(artifact.option) if artifact.option else None
+        title = (option.title or f"{manifest.title} {option.name}") if option else manifest.title
+        summary = _fit(f"{artifact.format} {artifact.quantization} {what}{part} of {title}")
         description = (
             f"Model {what} {artifact.name} ({artifact.format}, {artifact.quantization}), "
             f"{comp.size} bytes. Used by engines: {', '.join(users)}."
@@ -214,7 +231,13 @@ def _component(manifest: Manifest, plan: BuildPlan, comp: ComponentPlan) -> dict
 def _parts(
     snap: str, plan: BuildPlan, catalog: RuntimeCatalog, fixed: dict[str, Any], source: str
 ) -> dict[str, Any]:
-    parts: dict[str, Any] = {"snapbuild": {"source": source, **fixed["snapbuild"]}}
+    parts: dict[str, Any] = {
+        "snapbuild": {
+            "source": source,
+            **fixed["snapbuild"],
+            "python-packages": list(serve_requirements()),
+        }
+    }
     parts["snapbuild-data"] = fixed["snapbuild-data"]
     parts["snapbuild-doc"] = {**fixed["snapbuild-doc"], "organize": {"*": doc_dir(snap) + "/"}}
     for comp in plan.components:
@@ -256,6 +279,7 @@ def _native_part(component: str, native: NativeBuild) -> dict[str, Any]:
         "plugin": "cmake",
         "source": native.source,
         "source-commit": native.source_commit,
+        **({"source-depth": native.source_depth} if native.source_depth else {}),
         "cmake-parameters": list(native.cmake_parameters),
     }
     _packages(part, native.build_packages, native.stage_packages)
@@ -263,7 +287,13 @@ def _native_part(component: str, native: NativeBuild) -> dict[str, Any]:
         removals = " ".join(f'"$CRAFT_PART_INSTALL/{path}"' for path in native.remove_after_install)
         part["override-build"] = f"craftctl default\nrm -f {removals}\n"
     part["organize"] = {"*": f"{_into(component)}/"}
+    part["prime"] = _without(component, NATIVE_LEFTOVERS)
     return part
+
+
+def _without(component: str, paths: tuple[str, ...]) -> list[str]:
+    """A `prime` fileset keeping everything of the part but ``paths`` of ``component``."""
+    return [f"-{_into(component)}/{path}" for path in paths]
 
 
 def _python_part(component: str, python: PythonBuild, after: list[str]) -> dict[str, Any]:
@@ -282,6 +312,7 @@ def _python_part(component: str, python: PythonBuild, after: list[str]) -> dict[
         PYTHON_SITE_PACKAGES: f"{_into(component)}/{COMPONENT_SITE_PACKAGES}",
         "*": f"{_into(component)}/",
     }
+    part["prime"] = _without(component, VENV_LEFTOVERS)
     return part
 
 

@@ -26,32 +26,53 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from runtimes.catalog import NativeBuild, RuntimeCatalog, load_catalog
 from runtimes.component_tree import LINK_DIR, ComponentTree
 from snapbuild.paths import cache_dir
+from snapbuild.recipes.keys import (  # tests and callers import these from here too
+    GENERATOR,
+    STAMP,
+    NativeSource,
+    build_key,
+    built_before,
+    built_from,
+    machine_inputs,
+)
 from snapbuild.recipes.toolkits import Prepared, Toolkit, needed, prepare, toolkit_for
 from snapcommon.errors import SnapbuildError, UsageError
 
-GENERATOR = "Unix Makefiles"  # snapcraft's cmake plugin default (cmake-generator unset)
-STAMP = "snapbuild-native.json"
-
 
 @dataclass(frozen=True)
-class NativeSource:
-    """An unpacked source tree and the digest of the archive it came from."""
+class BuildStep:
+    """One command of the build, run in the build directory, with the variables it adds."""
 
-    tree: Path
-    digest: str
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+
+
+def build_steps(
+    recipe: NativeBuild, source: Path, install: Path, jobs: int, extra: Sequence[str] = ()
+) -> list[BuildStep]:
+    """The commands snapcraft's cmake plugin (craft-parts ``CMakePlugin.get_build_commands``)
+    writes for the recipe's part: configure ``source`` out of tree with the part's generator and
+    ``cmake-parameters``, build with ``jobs`` jobs, install with ``DESTDIR``. A test compares
+    them with the plugin's own commands for the rendered part, so the two cannot drift.
+    ``extra``: this build machine's own parameters after the recipe's (a toolkit stand-in's,
+    ``--define``); none in the snap's build."""
+    return [
+        BuildStep(("cmake", str(source), "-G", GENERATOR, *recipe.cmake_parameters, *extra)),
+        BuildStep(("cmake", "--build", ".", "--", f"-j{jobs}")),
+        BuildStep(("cmake", "--build", ".", "--target", "install"), (("DESTDIR", str(install)),)),
+    ]
 
 
 def native_cache() -> Path:
@@ -79,38 +100,6 @@ def recipe_for(catalog: RuntimeCatalog, runtime_id: str) -> tuple[str, NativeBui
 
 def _native_ids(catalog: RuntimeCatalog) -> list[str]:
     return [r.id for r in catalog.runtimes if r.build is not None and r.build.native is not None]
-
-
-def built_from(recipe: NativeBuild) -> dict[str, object]:
-    """The part of a recipe that decides what cmake builds (package lists do not: the machine
-    provides them here, snapcraft stages them in a real build)."""
-    fields = {"source", "source_commit", "cmake_parameters", "remove_after_install"}
-    return recipe.model_dump(mode="json", include=fields)
-
-
-def build_key(
-    recipe: NativeBuild, source: NativeSource, machine: dict[str, object] | None = None
-) -> str:
-    """What a cached tree depends on: the recipe's build inputs, the source archive, the machine
-    (and ``machine``: a toolkit stand-in's pins and extra definitions, when there are any)."""
-    facts: dict[str, object] = {
-        "recipe": built_from(recipe),
-        "source": source.digest,
-        "generator": GENERATOR,
-        "machine": platform.machine(),
-    }
-    facts.update(machine or {})
-    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def machine_inputs(toolkit: Toolkit | None, defines: tuple[str, ...]) -> dict[str, object]:
-    """The build machine's own inputs (empty for a plain build, so its key is unchanged)."""
-    found: dict[str, object] = {}
-    if toolkit is not None:
-        found["toolkit"] = ", ".join(toolkit.pins)
-    if defines:
-        found["defines"] = list(defines)
-    return found
 
 
 def backend_problems(runtime_id: str, install: Path) -> list[str]:
@@ -191,15 +180,27 @@ def plan_build(
 ) -> Planned:
     """The cached tree's place for ``runtime_id`` on this machine, without building anything
     (the source archive is fetched once; a toolkit stand-in only later, when it builds).
-    ``source``: another archive of the same tree (a GPU host's bundle), keyed by its digest."""
+    ``source``: another archive of the same tree (a GPU host's bundle), keyed by its digest.
+    Where the key's place is empty but the same build is stored under an older key
+    (:func:`built_before`), that tree is the root."""
     cache = cache or native_cache()
     component, recipe, requirement = recipe_for(load_catalog(), runtime_id)
     source = source or fetch_source(requirement, cache)
     stand_in = toolkit_for(runtime_id)
     toolkit = stand_in if stand_in is not None and needed(stand_in) else None
-    key = build_key(recipe, source, machine_inputs(toolkit, defines))
-    root = cache / "components" / f"{component}-{key}"
+    machine = machine_inputs(toolkit, defines)
+    root = cache / "components" / f"{component}-{build_key(recipe, source, machine)}"
+    if not (root / STAMP).is_file():
+        root = built_before(root.parent, component, recipe, source, machine) or root
     return Planned(runtime_id, component, recipe, source, toolkit, defines, root)
+
+
+def built_component(
+    runtime_id: str, *, cache: Path | None = None, defines: tuple[str, ...] = ()
+) -> Path | None:
+    """The cached tree of ``runtime_id``'s recipe, or None when it was never built."""
+    planned = plan_build(runtime_id, cache=cache, defines=defines)
+    return planned.root if planned.built else None
 
 
 def build_component(
@@ -248,14 +249,16 @@ def _build(
     build.mkdir(parents=True, exist_ok=True)
     recipe, component = planned.recipe, planned.component
     extra = (*(toolkit.cmake_parameters if toolkit else ()), *(f"-D{d}" for d in planned.defines))
-    steps = [
-        ["cmake", str(planned.source.tree), "-G", GENERATOR, *recipe.cmake_parameters, *extra],
-        ["cmake", "--build", ".", "--", f"-j{jobs or os.cpu_count() or 1}"],
-        ["cmake", "--build", ".", "--target", "install"],
-    ]
-    env = {**os.environ, **(toolkit.environment if toolkit else {}), "DESTDIR": str(install)}
-    for step in steps:
-        _run(step, what=f"build {component} ({' '.join(step[:3])}...)", cwd=build, env=env, log=log)
+    env = {**os.environ, **(toolkit.environment if toolkit else {})}
+    cpus = jobs or os.cpu_count() or 1
+    for step in build_steps(recipe, planned.source.tree, install, cpus, extra):
+        _run(
+            list(step.argv),
+            what=f"build {component} ({' '.join(step.argv[:3])}...)",
+            cwd=build,
+            env={**env, **dict(step.env)},
+            log=log,
+        )
     for path in recipe.remove_after_install:  # the part's override-build does the same
         (install / path).unlink(missing_ok=True)
     missing = ComponentTree(install).problems() if component.startswith("llamacpp") else []

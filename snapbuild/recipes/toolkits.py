@@ -23,7 +23,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from snapbuild.estimate.tables import read_data
+from snapbuild.paths import read_data
 from snapcommon.errors import SnapbuildError
 from snapcommon.model import KebabModel
 

@@ -2,6 +2,7 @@
 together.
 
 - :mod:`.hardware`: the typed hardware tables (bandwidths, accelerator classes, vendor names);
+- :mod:`.tables`: every table a selection reads, as one argument (the packaged ones by default);
 - :mod:`.verdicts`: how one engine's verdicts are collected and worded;
 - :mod:`.devices`: which GPU, NPU or CPU an engine would run on;
 - :mod:`.conditions`: the manifest's written conditions (CPU flags, levels, any-of);

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from hwprobe.profile import HostProfile
 from snapbuild.manifest.model import Condition
 from snapbuild.selection.devices import gpu_problems
-from snapbuild.selection.hardware import hardware_table
+from snapbuild.selection.hardware import HardwareTable
 from snapbuild.selection.verdicts import Verdicts
 
 
@@ -54,9 +54,10 @@ def check_architecture(
         v.check(arch in allowed, passed if arch in allowed else failed)
 
 
-def judge_condition(v: Verdicts, cond: Condition, host: HostProfile) -> bool:
+def judge_condition(v: Verdicts, cond: Condition, host: HostProfile, hw: HardwareTable) -> bool:
     """Judge one non-device condition; True when it holds. GPU/NPU ones are judged by the
-    device choice (they must hold for one and the same device)."""
+    device choice (they must hold for one and the same device). ``hw``'s flag ladders name the
+    best extension a CPU has when one is missing."""
     before = len(v.blockers)
     arch = host.architecture
     if cond.architecture is not None:
@@ -75,15 +76,13 @@ def judge_condition(v: Verdicts, cond: Condition, host: HostProfile) -> bool:
                 f"needs x86 flags {', '.join(f.upper() for f in cond.cpu_flags)}: machine is {arch}"
             )
         else:
-            _check_flags(
-                v, cond.cpu_flags, host.cpu_flags, hardware_table().flag_ladders.x86, "CPU"
-            )
+            _check_flags(v, cond.cpu_flags, host.cpu_flags, hw.flag_ladders.x86, "CPU")
     elif cond.arm64_features is not None:
         have = frozenset(f for c in host.cpus for f in (*c.arm64_features, *c.flags))
         if arch is not None and arch != "arm64":
             v.fail(f"needs arm64 features {', '.join(cond.arm64_features)}: machine is {arch}")
         else:
-            _check_flags(v, cond.arm64_features, have, hardware_table().flag_ladders.arm64, "arm64")
+            _check_flags(v, cond.arm64_features, have, hw.flag_ladders.arm64, "arm64")
     elif cond.x86_64_level is not None:
         level = host.x86_64_level
         if level is None:
@@ -98,25 +97,28 @@ def judge_condition(v: Verdicts, cond: Condition, host: HostProfile) -> bool:
     return len(v.blockers) == before
 
 
-def judge_any_of(v: Verdicts, conds: Sequence[Condition], host: HostProfile) -> None:
+def judge_any_of(
+    v: Verdicts, conds: Sequence[Condition], host: HostProfile, hw: HardwareTable
+) -> None:
+    """At least one of ``conds`` holds; a device condition only needs some device to meet it."""
     if not conds:
         return
     trial = Verdicts()
     for cond in conds:
         if cond.gpu is not None or cond.npu is not None:
-            ok = _device_condition_holds(cond, host)
+            ok = _device_condition_holds(cond, host, hw)
             trial.check(ok, f"{'a matching GPU' if cond.gpu else 'a matching NPU'}")
         else:
-            judge_condition(trial, cond, host)
+            judge_condition(trial, cond, host, hw)
     if len(trial.blockers) < len(conds):
         v.ok("one of: " + "; ".join(r for r in trial.reasons if r not in trial.blockers))
     else:
         v.fail("needs one of: " + "; ".join(trial.blockers))
 
 
-def _device_condition_holds(cond: Condition, host: HostProfile) -> bool:
+def _device_condition_holds(cond: Condition, host: HostProfile, hw: HardwareTable) -> bool:
     if cond.gpu is not None:
-        return any(not gpu_problems(g, cond.gpu, ()) for g in host.gpus)
+        return any(not gpu_problems(g, cond.gpu, (), hw) for g in host.gpus)
     if cond.npu is not None:
         return any(n.vendor == cond.npu.vendor and n.driver_loaded for n in host.npus)
     return False

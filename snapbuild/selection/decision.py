@@ -7,12 +7,26 @@ under ``$SNAP_DATA``, fleet plans), so keys are kebab-case and versioned with th
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Any, Literal
+
+from pydantic import Field
 
 from hwprobe.profile import ProbeWarning
 from snapcommon.model import KebabModel
 
 DeviceClass = Literal["cpu", "gpu", "npu"]
+Input = Literal["text", "vision", "audio"]
+
+
+def _absent(value: Any) -> bool:
+    """Left out of the JSON: a ladder's fields on a single model's decision (None or empty), so
+    a single model's Decision reads exactly as it did before ladders existed."""
+    return value is None or value == ()
+
+
+def ladder_field(default: Any = None) -> Any:
+    """A field only a ladder's decision fills in (left out of the JSON otherwise)."""
+    return Field(default=default, exclude_if=_absent)
 
 
 class MemoryEstimate(KebabModel):
@@ -92,8 +106,9 @@ class Candidate(KebabModel):
     slot: str | None = None  # PCI slot of the GPU/NPU the engine would use
     serving: Serving | None = None  # llama.cpp engines: the serving configuration
     # what it would serve here: a vision engine whose image encoder does not fit is text only
-    inputs: tuple[Literal["text", "vision", "audio"], ...] = ("text",)
+    inputs: tuple[Input, ...] = ("text",)
     batching: Batching | None = None  # concurrent serving plan (None: not planned here)
+    option: str | None = ladder_field()  # a ladder: the model option (size) this engine runs
 
 
 class Selected(KebabModel):
@@ -109,8 +124,25 @@ class Selected(KebabModel):
     slot: str | None = None
     why: str  # why it beat the runner-up, or why it is the only one
     serving: Serving | None = None
-    inputs: tuple[Literal["text", "vision", "audio"], ...] = ("text",)  # what it serves
+    inputs: tuple[Input, ...] = ("text",)  # what it serves
     batching: Batching | None = None  # concurrent serving plan (None: not planned here)
+    option: str | None = ladder_field()  # a ladder: the model option (size) that serves
+
+
+class OptionVerdict(KebabModel):
+    """One model option of a ladder on one host: what it is, and whether it runs here, was
+    chosen, or why not (``<snap> models``, ``snapbuild select``)."""
+
+    option: str
+    title: str | None = None
+    inputs: tuple[Input, ...]  # what the option reads (its capabilities)
+    parameters: int | None = None
+    size: int  # bytes of the weights it would load (its best engine's, else its smallest)
+    fits: bool  # some engine runs it here
+    engine: str | None = None  # its best engine here (None: none runs it)
+    estimated_tokens_per_second: float | None = None
+    selected: bool = False
+    reason: str  # why it was chosen, why it lost, or why it cannot run
 
 
 class Decision(KebabModel):
@@ -121,10 +153,28 @@ class Decision(KebabModel):
     candidates: tuple[Candidate, ...]
     warnings: tuple[ProbeWarning, ...] = ()
     precedence: tuple[str, ...] = ()  # the ranking keys, most important first, for the record
+    options: tuple[OptionVerdict, ...] = ladder_field(())  # a ladder: every option, best first
 
-    def candidate(self, engine: str) -> Candidate | None:
-        """The candidate for ``engine``, or None."""
-        return next((c for c in self.candidates if c.engine == engine), None)
+    def candidate(self, engine: str, option: str | None = None) -> Candidate | None:
+        """The candidate for ``engine`` (running ``option``, in a ladder), or None."""
+        return next((c for c in self.candidates if c.engine == engine and c.option == option), None)
+
+    def winner(self) -> Candidate | None:
+        """The selected engine's candidate (None when nothing was selected)."""
+        sel = self.selected
+        return self.candidate(sel.engine, sel.option) if sel else None
+
+    def no_fit_candidates(self) -> tuple[Candidate, ...]:
+        """The candidates whose blockers say why nothing runs: a single model's every engine; a
+        ladder's smallest option's (what stops the smallest stops every larger one too)."""
+        if not self.options:
+            return self.candidates
+        smallest = self.options[-1].option
+        return tuple(c for c in self.candidates if c.option == smallest)
+
+    def option_verdict(self, option: str) -> OptionVerdict | None:
+        """What the selector concluded about ladder option ``option``, or None."""
+        return next((o for o in self.options if o.option == option), None)
 
     def to_json(self, *, indent: int | None = 2) -> str:
         """The JSON contract of ``snapbuild select --json``."""

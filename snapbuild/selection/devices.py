@@ -16,7 +16,7 @@ from hwprobe.profile import GpuFacts, HostProfile, NpuFacts, VulkanDeviceFacts
 from runtimes.catalog import RuntimeEntry
 from snapbuild.manifest.model import Engine, GpuRequirement
 from snapbuild.selection.decision import DeviceClass
-from snapbuild.selection.hardware import Accel, hardware_table, vendor_name
+from snapbuild.selection.hardware import Accel, HardwareTable
 from snapbuild.selection.software import software_reason, software_vulkan
 from snapbuild.selection.verdicts import Verdicts, gib
 
@@ -38,10 +38,10 @@ def _cc(value: str) -> tuple[int, ...]:
     return tuple(int(p) for p in value.split(".") if p.isdigit())
 
 
-def _gpu_label(gpu: GpuFacts) -> str:
+def _gpu_label(gpu: GpuFacts, hw: HardwareTable) -> str:
     name = gpu.name or "GPU"
     slot = f" at {gpu.pci.slot}" if gpu.pci else ""
-    return f"{vendor_name(gpu.vendor)} {name}{slot}"
+    return f"{hw.vendor_name(gpu.vendor)} {name}{slot}"
 
 
 def gpu_key(gpu: GpuFacts) -> str | None:
@@ -52,15 +52,18 @@ def is_integrated(gpu: GpuFacts) -> bool:
     return bool(gpu.integrated) or gpu.unified_memory
 
 
-def gpu_problems(gpu: GpuFacts, req: GpuRequirement, vendors: Sequence[str]) -> list[str]:
+def gpu_problems(
+    gpu: GpuFacts, req: GpuRequirement, vendors: Sequence[str], hw: HardwareTable
+) -> list[str]:
     """Why ``gpu`` cannot serve ``req`` (empty: it can). Unknown facts count as problems
     only where a wrong guess fails at run time (gfx target)."""
     out: list[str] = []
+    name = hw.vendor_name
     if vendors and gpu.vendor not in vendors:
-        return [f"is {vendor_name(gpu.vendor)}, not {'/'.join(map(vendor_name, vendors))}"]
+        return [f"is {name(gpu.vendor)}, not {'/'.join(map(name, vendors))}"]
     if req.vendor and gpu.vendor != req.vendor:
-        return [f"is {vendor_name(gpu.vendor)}, not {vendor_name(req.vendor)}"]
-    too_old = _unsupported(gpu)
+        return [f"is {name(gpu.vendor)}, not {name(req.vendor)}"]
+    too_old = _unsupported(gpu, hw)
     if too_old:
         return [f"is too old for GPU runtimes: {too_old}"]
     if req.device_ids:
@@ -83,28 +86,29 @@ def gpu_problems(gpu: GpuFacts, req: GpuRequirement, vendors: Sequence[str]) -> 
             f"has compute capability {gpu.compute_capability} < {req.min_compute_capability} needed"
         )
     if req.min_vram:
-        have = vram(gpu)[0]
+        have = vram(gpu, hw)[0]
         if have is not None and have < req.min_vram:
             out.append(f"has {gib(have)} VRAM < {gib(req.min_vram)} the engine requires")
     return out
 
 
-def _unsupported(gpu: GpuFacts) -> str | None:
+def _unsupported(gpu: GpuFacts, hw: HardwareTable) -> str | None:
     dev = gpu.pci.device_id.lower() if gpu.pci else ""
-    for entry in hardware_table().unsupported_gpus.get(gpu.vendor, ()):
+    for entry in hw.unsupported_gpus.get(gpu.vendor, ()):
         if dev.startswith(entry.prefix):
             return entry.reason
     return None
 
 
-def vram(gpu: GpuFacts) -> tuple[int | None, str]:
-    """(bytes, where the figure came from) for a GPU's own memory."""
+def vram(gpu: GpuFacts, hw: HardwareTable) -> tuple[int | None, str]:
+    """(bytes, where the figure came from) for a GPU's own memory; ``hw`` knows the nominal
+    memory of devices whose driver does not report it."""
     if gpu.vram_free is not None:
         return gpu.vram_free, "free"
     if gpu.vram is not None:
         return gpu.vram, ""
     key = gpu_key(gpu)
-    nominal = hardware_table().nominal_vram
+    nominal = hw.nominal_vram
     if key in nominal:
         return int(
             nominal[key]
@@ -116,14 +120,16 @@ def _gpu_requirements(engine: Engine) -> list[GpuRequirement]:
     return [c.gpu for c in engine.requires.all_of if c.gpu is not None]
 
 
-def pick_gpu(host: HostProfile, engine: Engine, entry: RuntimeEntry, v: Verdicts) -> Device | None:
+def pick_gpu(
+    host: HostProfile, engine: Engine, entry: RuntimeEntry, v: Verdicts, hw: HardwareTable
+) -> Device | None:
     """The GPU ``engine`` would run on (None: none can, and ``v`` says why for each)."""
     reqs = _gpu_requirements(engine) or [GpuRequirement()]
     vendors = entry.gpu_vendors
-    wanted = "/".join(vendor_name(x) for x in vendors) if vendors else "a"
+    wanted = "/".join(hw.vendor_name(x) for x in vendors) if vendors else "a"
     if not host.gpus:
         extra = "".join(
-            f"; {vendor_name(d.vendor)} {d.name or 'display'} is not a compute GPU ({d.reason})"
+            f"; {hw.vendor_name(d.vendor)} {d.name or 'display'} is not a compute GPU ({d.reason})"
             for d in host.displays
         )
         software = software_vulkan(host, entry)  # rejected, but kept for a forced run's plan
@@ -133,9 +139,9 @@ def pick_gpu(host: HostProfile, engine: Engine, entry: RuntimeEntry, v: Verdicts
     usable: list[GpuFacts] = []
     rejected: list[str] = []
     for gpu in host.gpus:
-        problems = [p for r in reqs for p in gpu_problems(gpu, r, vendors)]
+        problems = [p for r in reqs for p in gpu_problems(gpu, r, vendors, hw)]
         if problems:
-            rejected.append(f"{_gpu_label(gpu)} {'; '.join(dict.fromkeys(problems))}")
+            rejected.append(f"{_gpu_label(gpu, hw)} {'; '.join(dict.fromkeys(problems))}")
         else:
             usable.append(gpu)
     if not usable:
@@ -144,9 +150,9 @@ def pick_gpu(host: HostProfile, engine: Engine, entry: RuntimeEntry, v: Verdicts
     # discrete before integrated, then the most memory, then PCI slot for determinism
     gpu = sorted(
         usable,
-        key=lambda g: (is_integrated(g), -(vram(g)[0] or 0), g.pci.slot if g.pci else ""),
+        key=lambda g: (is_integrated(g), -(vram(g, hw)[0] or 0), g.pci.slot if g.pci else ""),
     )[0]
-    v.ok(f"{_gpu_label(gpu)} ({'integrated' if is_integrated(gpu) else 'discrete'})")
+    v.ok(f"{_gpu_label(gpu, hw)} ({'integrated' if is_integrated(gpu) else 'discrete'})")
     for req in reqs:
         if req.min_compute_capability:
             if gpu.compute_capability:
@@ -156,7 +162,9 @@ def pick_gpu(host: HostProfile, engine: Engine, entry: RuntimeEntry, v: Verdicts
                     f"compute capability unknown (NVML unavailable): assumed "
                     f"≥ {req.min_compute_capability}"
                 )
-                v.warnings.append(f"{engine.name}: compute capability of {_gpu_label(gpu)} unknown")
+                v.warnings.append(
+                    f"{engine.name}: compute capability of {_gpu_label(gpu, hw)} unknown"
+                )
         if req.gfx_targets:
             v.ok(f"gfx target {gpu.gfx} is supported")
     return Device(
@@ -168,19 +176,21 @@ def pick_gpu(host: HostProfile, engine: Engine, entry: RuntimeEntry, v: Verdicts
     )
 
 
-def pick_npu(host: HostProfile, engine: Engine, entry: RuntimeEntry, v: Verdicts) -> Device | None:
+def pick_npu(
+    host: HostProfile, engine: Engine, entry: RuntimeEntry, v: Verdicts, hw: HardwareTable
+) -> Device | None:
     """The first NPU of the runtime's vendors that runs LLMs with its driver loaded."""
     reqs = [c.npu for c in engine.requires.all_of if c.npu is not None]
     vendors = set(entry.npu_vendors) | {r.vendor for r in reqs}
-    wanted = "/".join(sorted(vendor_name(x) for x in vendors)) or "an"
+    wanted = "/".join(sorted(hw.vendor_name(x) for x in vendors)) or "an"
     candidates = [n for n in host.npus if not vendors or n.vendor in vendors]
     if not candidates:
         v.fail(f"needs an {wanted} NPU ({entry.id}): none found")
         return None
-    hints = hardware_table().npu_driver_hints
+    hints = hw.npu_driver_hints
     problems: list[str] = []
     for npu in candidates:
-        label = npu.name or f"{vendor_name(npu.vendor)} NPU"
+        label = npu.name or f"{hw.vendor_name(npu.vendor)} NPU"
         label += f" at {npu.pci.slot}" if npu.pci else ""
         hint = hints.get(npu.vendor, "install the NPU's kernel driver")
         if not npu.llm_capable:

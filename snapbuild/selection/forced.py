@@ -9,6 +9,7 @@ memory. The selector's verdict stays in ``why``.
 
 from __future__ import annotations
 
+from snapbuild.manifest.ladder import view_for
 from snapbuild.manifest.model import Manifest
 from snapbuild.selection.decision import Decision, Selected
 from snapbuild.serving.plan import forced_plan
@@ -18,13 +19,20 @@ FALLBACK_CONTEXT = 2048  # no memory fit to take the context from (the device wa
 
 
 def forced(
-    decision: Decision, engine: str, manifest: Manifest | None = None, *, how: str = "--force"
+    decision: Decision,
+    engine: str,
+    manifest: Manifest | None = None,
+    *,
+    option: str | None = None,
+    how: str = "--force",
 ) -> Decision:
-    """``decision`` with ``engine`` as its winner whatever the selector said of it; with the
-    ``manifest``, llama-server's slots are planned in the memory the selector saw."""
-    cand = decision.candidate(engine)
+    """``decision`` with ``engine`` (running a ladder's ``option``) as its winner whatever the
+    selector said of it; with the ``manifest``, llama-server's slots are planned in the memory
+    the selector saw, for the option's model."""
+    cand = decision.candidate(engine, option)
     if cand is None:
-        raise UsageError(f"engine {engine!r} is not among the engines judged")
+        what = f"engine {engine!r}" + (f" of model {option!r}" if option else "")
+        raise UsageError(f"{what} is not among the engines judged")
     context = cand.context_size or (cand.memory.context_size if cand.memory else FALLBACK_CONTEXT)
     selected = Selected(
         engine=cand.engine,
@@ -36,6 +44,7 @@ def forced(
         quantization=cand.quantization,
         slot=cand.slot,
         why=f"forced by the user ({how}) despite: " + "; ".join(cand.blockers),
-        serving=forced_plan(manifest, cand) if manifest is not None else None,
+        serving=forced_plan(view_for(manifest, cand.option), cand) if manifest else None,
+        option=cand.option,
     )
     return decision.model_copy(update={"selected": selected})

@@ -90,6 +90,10 @@ class HardwareTable(KebabModel):
         """How a ``why`` text names an accelerator class."""
         return next(c.label for c in self.accelerator_classes if c.id == accel)
 
+    def vendor_name(self, vendor: str | None) -> str:
+        """How messages name a vendor id ("nvidia" -> "NVIDIA"); an unknown id as itself."""
+        return self.vendor_names.get(vendor or "", vendor or "unknown")
+
 
 @cache
 def hardware_table() -> HardwareTable:
@@ -99,5 +103,6 @@ def hardware_table() -> HardwareTable:
 
 
 def vendor_name(vendor: str | None) -> str:
-    """How messages name a vendor id ("nvidia" -> "NVIDIA"); an unknown id as itself."""
-    return hardware_table().vendor_names.get(vendor or "", vendor or "unknown")
+    """A vendor's name in the packaged table, for messages outside a selection (fleet advice,
+    ``snapbuild new``); the selector names vendors by the table it was given."""
+    return hardware_table().vendor_name(vendor)

@@ -3,6 +3,10 @@
 The order of the checks is the order of the reasons a user reads: experimental, architecture,
 written conditions, device, memory; a failed check does not stop the ones after it, so
 ``why-not`` lists everything that would have to change, not just the first problem.
+
+Every table is read from the :class:`~snapbuild.selection.tables.SelectionTables` passed in (the
+packaged ones by default), never from a loader, so a selection under another catalog or hardware
+table is the same pure function of different arguments.
 """
 
 from __future__ import annotations
@@ -10,35 +14,36 @@ from __future__ import annotations
 from typing import Any
 
 from hwprobe.profile import HostProfile
-from runtimes.catalog import RuntimeEntry, load_catalog
+from runtimes.catalog import RuntimeEntry
 from snapbuild.estimate.shape import model_shape
 from snapbuild.manifest.model import Artifact, Engine, Manifest
 from snapbuild.selection.conditions import check_architecture, judge_any_of, judge_condition
-from snapbuild.selection.decision import Candidate, DeviceClass
+from snapbuild.selection.decision import Candidate, DeviceClass, Serving
 from snapbuild.selection.devices import Device, cpu_device, gpu_key, pick_gpu, pick_npu
-from snapbuild.selection.hardware import hardware_table
+from snapbuild.selection.hardware import HardwareTable
 from snapbuild.selection.memory_fit import fit_memory
-from snapbuild.selection.ranking import Judged
+from snapbuild.selection.ranking import Judged, Rung
+from snapbuild.selection.tables import SelectionTables, packaged_tables
 from snapbuild.selection.verdicts import Verdicts
 from snapbuild.selection.vision import missing_inputs
 from snapbuild.serving.batching import plan_batching
-from snapbuild.serving.plan import plan
+from snapbuild.serving.plan import ServingTable, plan
 
 
-def _bandwidth(device: Device, host: HostProfile) -> float:
+def _bandwidth(device: Device, host: HostProfile, hw: HardwareTable) -> float:
     """Bytes/s the engine's device reads its weights at: a discrete GPU's own memory (the known
     device, else its vendor's typical figure), otherwise the system's."""
-    bw = hardware_table().bandwidth
+    bw = hw.bandwidth
     if device.accel == "gpu-discrete" and device.gpu is not None:
         key = gpu_key(device.gpu)
         if key in bw.gpu_by_device:
             return bw.gpu_by_device[key]
         return bw.gpu_by_vendor.get(device.vendor or "other", bw.gpu_by_vendor["other"])
-    return _system_bandwidth(host)
+    return _system_bandwidth(host, hw)
 
 
-def _system_bandwidth(host: HostProfile) -> float:
-    bw = hardware_table().bandwidth
+def _system_bandwidth(host: HostProfile, hw: HardwareTable) -> float:
+    bw = hw.bandwidth
     if host.cpus and host.cpus[0].arm64_implementer and host.cpus[0].arm64_part:
         key = f"{host.cpus[0].arm64_implementer}:{host.cpus[0].arm64_part}".lower()
         if key in bw.cpu_by_arm64_part:
@@ -47,25 +52,38 @@ def _system_bandwidth(host: HostProfile) -> float:
 
 
 def _tokens_per_second(
-    entry: RuntimeEntry, device: Device, host: HostProfile, weights: int
+    entry: RuntimeEntry, device: Device, host: HostProfile, weights: int, hw: HardwareTable
 ) -> float:
     """Estimated decode speed: decode is bandwidth-bound, so bandwidth x the runtime's
     efficiency on this vendor / the bytes read per token."""
-    per_vendor = hardware_table().runtime_efficiency.get(entry.id, {"default": 0.5})
+    per_vendor = hw.runtime_efficiency.get(entry.id, {"default": 0.5})
     eff = per_vendor.get(device.vendor or "", per_vendor["default"])
-    return round(_bandwidth(device, host) * eff / max(weights, 1), 1)
+    return round(_bandwidth(device, host, hw) * eff / max(weights, 1), 1)
 
 
 def judge(
-    manifest: Manifest, engine: Engine, index: int, host: HostProfile, include_experimental: bool
+    manifest: Manifest,
+    engine: Engine,
+    index: int,
+    host: HostProfile,
+    include_experimental: bool,
+    tables: SelectionTables | None = None,
+    rung: Rung | None = None,
 ) -> Judged:
-    """Every verdict for one engine on one host."""
-    entry = load_catalog().get(engine.runtime)
-    artifact = manifest.artifact(engine.artifact)
+    """Every verdict for one engine on one host, under ``tables`` (None: the packaged ones).
+
+    ``manifest`` is a single model (a ladder's option view); ``rung`` places that option in its
+    ladder (None for a single model), whose serving and batching plans are left to
+    :func:`with_plans` (they decide nothing in the ranking, and a ladder plans only the size it
+    runs)."""
+    tables = tables or packaged_tables()
+    hw = tables.hardware
+    entry = tables.catalog.get(engine.runtime)
+    artifact = manifest.weights(engine)
     v = Verdicts()
-    if entry is None:  # the loader rejects this; a hand-built Manifest may still carry it
+    if entry is None:  # the loader rejects this; a hand-built Manifest or catalog may not
         v.fail(f"runtime {engine.runtime!r} is not in the runtime catalog")
-        return _rejected(engine, artifact, engine.runtime, "cpu", v, index)
+        return _rejected(engine, artifact, engine.runtime, "cpu", v, index, hw, rung)
     if engine.experimental and not include_experimental:
         v.fail("experimental: considered only with --experimental")
     check_architecture(
@@ -78,17 +96,12 @@ def judge(
     )
     for cond in engine.requires.all_of:
         if cond.gpu is None and cond.npu is None:
-            judge_condition(v, cond, host)
-    judge_any_of(v, engine.requires.any_of, host)
-    if entry.device == "gpu":
-        device = pick_gpu(host, engine, entry, v)
-    elif entry.device == "npu":
-        device = pick_npu(host, engine, entry, v)
-    else:
-        device = cpu_device(host)
+            judge_condition(v, cond, host, hw)
+    judge_any_of(v, engine.requires.any_of, host, hw)
+    device = _device(host, engine, entry, v, hw)
     if device is None:
-        return _rejected(engine, artifact, entry.id, entry.device, v, index)
-    fit = fit_memory(v, manifest, engine, entry, device, host)
+        return _rejected(engine, artifact, entry.id, entry.device, v, index, hw, rung)
+    fit = fit_memory(v, manifest, engine, entry, device, host, hw)
     served = tuple(i for i in manifest.engine_inputs(engine) if i in entry.inputs)
     if fit.text_only:
         served = tuple(i for i in served if i != "vision")
@@ -99,21 +112,8 @@ def judge(
             if "vision" in manifest.engine_inputs(engine)
             else "serves text only: this engine loads no image encoder"
         )
-    tps = _tokens_per_second(entry, device, host, artifact.size)
+    tps = _tokens_per_second(entry, device, host, artifact.size, hw)
     compatible = not v.blockers
-    serving = None
-    shape = model_shape(manifest, engine)
-    if compatible and entry.serving == "llama-server" and shape and fit.context:
-        available = fit.memory.available if fit.memory else None
-        pool = fit.memory.pool if fit.memory else "ram"
-        serving = plan(
-            shape,
-            fit.context,
-            runtime=entry.id,
-            device=device.cls,
-            available=available,
-            pool=pool,
-        )
     cand = _candidate(
         engine,
         artifact,
@@ -125,11 +125,54 @@ def judge(
         context_size=fit.context if compatible else None,
         estimated_tokens_per_second=tps,
         slot=device.slot,
-        serving=serving,
         inputs=served or ("text",),
-        batching=plan_batching(entry.id, fit.memory, fit.context) if compatible else None,
+        option=rung.name if rung else None,
     )
-    return Judged(cand, device.accel, fit.verified, index, v.warnings, missing)
+    if rung is None:
+        cand = with_plans(manifest, cand, tables)
+    return Judged.under(hw, cand, device.accel, fit.verified, index, v.warnings, missing, rung)
+
+
+def with_plans(manifest: Manifest, cand: Candidate, tables: SelectionTables) -> Candidate:
+    """A compatible candidate with how it serves: llama-server's slots and KV type, or the
+    batching plan, in the memory its fit saw (unchanged when incompatible)."""
+    engine = manifest.engine(cand.engine)
+    entry = tables.catalog.get(cand.runtime)
+    if not cand.compatible or engine is None or entry is None:
+        return cand
+    serving = _serving(manifest, engine, entry, cand, tables.serving)
+    batching = plan_batching(entry.id, cand.memory, cand.context_size, tables.batching)
+    return cand.model_copy(update={"serving": serving, "batching": batching})
+
+
+def _device(
+    host: HostProfile, engine: Engine, entry: RuntimeEntry, v: Verdicts, hw: HardwareTable
+) -> Device | None:
+    """The device of the runtime's class the engine would run on (None: none, ``v`` says why)."""
+    if entry.device == "gpu":
+        return pick_gpu(host, engine, entry, v, hw)
+    if entry.device == "npu":
+        return pick_npu(host, engine, entry, v, hw)
+    return cpu_device(host)
+
+
+def _serving(
+    manifest: Manifest, engine: Engine, entry: RuntimeEntry, cand: Candidate, table: ServingTable
+) -> Serving | None:
+    """llama-server's slots and KV type in the memory the fit saw (None: another runtime, or
+    no shape facts or context to plan with)."""
+    shape = model_shape(manifest, engine)
+    if entry.serving != "llama-server" or shape is None or not cand.context_size:
+        return None
+    return plan(
+        shape,
+        cand.context_size,
+        runtime=entry.id,
+        device=cand.device,
+        available=cand.memory.available if cand.memory else None,
+        pool=cand.memory.pool if cand.memory else "ram",
+        table=table,
+    )
 
 
 def _candidate(
@@ -151,8 +194,16 @@ def _candidate(
 
 
 def _rejected(
-    engine: Engine, artifact: Artifact, runtime: str, device: str, v: Verdicts, index: int
+    engine: Engine,
+    artifact: Artifact,
+    runtime: str,
+    device: str,
+    v: Verdicts,
+    index: int,
+    hw: HardwareTable,
+    rung: Rung | None,
 ) -> Judged:
     """An engine rejected before its memory could be judged (no runtime, no device)."""
     cls: DeviceClass = device if device in ("gpu", "npu") else "cpu"  # type: ignore[assignment]
-    return Judged(_candidate(engine, artifact, v, runtime, cls), "cpu", False, index, v.warnings)
+    cand = _candidate(engine, artifact, v, runtime, cls, option=rung.name if rung else None)
+    return Judged.under(hw, cand, "cpu", False, index, v.warnings, (), rung)

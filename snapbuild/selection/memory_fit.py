@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from hwprobe.profile import HostProfile
 from runtimes.catalog import RuntimeEntry
@@ -22,19 +23,21 @@ from snapbuild.estimate.shape import ModelShape, model_shape
 from snapbuild.manifest.model import Engine, Manifest
 from snapbuild.selection.decision import MemoryEstimate
 from snapbuild.selection.devices import Device, vram
-from snapbuild.selection.hardware import vendor_name
+from snapbuild.selection.hardware import HardwareTable
 from snapbuild.selection.verdicts import Verdicts, gib
 from snapbuild.selection.vision import projector_bytes, vision_compute_bytes
 
 
-def _pool(device: Device, host: HostProfile) -> tuple[str, int | None, str, bool]:
+def _pool(
+    device: Device, host: HostProfile, hw: HardwareTable
+) -> tuple[str, int | None, str, bool]:
     """(pool, available bytes, label, exact) of the memory the engine draws from. ``exact`` is
     False when the figure is an upper bound (total RAM because available was not reported)."""
     if device.vulkan is not None:  # a software Vulkan device (forced only): what it reports
         return "vram", device.vulkan.memory, f"{device.vulkan.name} device memory", True
     if device.accel == "gpu-discrete" and device.gpu is not None:
-        have, source = vram(device.gpu)
-        label = f"{vendor_name(device.vendor)} VRAM"
+        have, source = vram(device.gpu, hw)
+        label = f"{hw.vendor_name(device.vendor)} VRAM"
         if source:
             label += f" ({source})"
         return "vram", have, label, True
@@ -61,6 +64,7 @@ def _contexts(manifest: Manifest, engine: Engine) -> tuple[int, int]:
     return top, low
 
 
+@lru_cache(maxsize=8192)
 def _required(
     shape: ModelShape | None,
     weights: int,
@@ -71,7 +75,9 @@ def _required(
     extra_compute: int = 0,
 ) -> MemoryEstimate:
     """The peak (a prompt that fills the context) on ``device``, plus the headroom;
-    ``extra_compute``: an image encoder's working set (snapbuild.selection.vision)."""
+    ``extra_compute``: an image encoder's working set (snapbuild.selection.vision). A pure
+    function of the model, never of the host, so it is cached: a fleet plan asks the same
+    questions of every host and of every what-if (a ladder's five sizes many times over)."""
     if shape is None:  # facts too thin: weights and overhead only, said in the reasons
         host = host_overhead(None, family) if pool == "ram" else 0
         overhead = host + device_overhead(device)
@@ -100,13 +106,16 @@ def fit_memory(
     entry: RuntimeEntry,
     device: Device,
     host: HostProfile,
+    hw: HardwareTable,
 ) -> Fit:
+    """The estimate at the largest useful context that fits ``device``'s memory on ``host``
+    (``hw``: nominal VRAM and vendor names), with every step said in ``v``."""
     shape = model_shape(manifest, engine)
     projector = projector_bytes(manifest, engine)
-    weights = manifest.artifact(engine.artifact).size + projector
+    weights = manifest.weights(engine).size + projector
     vision = vision_compute_bytes(manifest, engine)
     top, low = _contexts(manifest, engine)
-    pool, available, label, exact = _pool(device, host)
+    pool, available, label, exact = _pool(device, host, hw)
 
     dev = runtime_device(entry.id)
 
@@ -138,7 +147,7 @@ def fit_memory(
         what = "VRAM" if pool == "vram" else "RAM"
         why = "NVML unavailable or no driver answer" if pool == "vram" else "meminfo unreadable"
         v.ok(
-            f"{vendor_name(device.vendor) + ' ' if pool == 'vram' else ''}{what} unknown "
+            f"{hw.vendor_name(device.vendor) + ' ' if pool == 'vram' else ''}{what} unknown "
             f"({why}): {gib(best.required)} needed at context {top}, fit not verified"
         )
         v.warnings.append(

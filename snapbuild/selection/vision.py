@@ -40,8 +40,9 @@ def vision_compute_bytes(manifest: Manifest, engine: Engine) -> int:
 
 
 def is_vision_model(manifest: Manifest) -> bool:
-    """Whether any engine of the manifest reads images."""
-    return any("vision" in manifest.engine_inputs(e) for e in manifest.engines)
+    """Whether any engine of the manifest reads images (an artifact an engine loads does)."""
+    used = {n for e in manifest.engines for n in (e.artifact, e.projector) if n}
+    return any("vision" in a.inputs for a in manifest.artifacts if a.name in used)
 
 
 def missing_inputs(

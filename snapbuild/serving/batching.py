@@ -69,11 +69,16 @@ def kv_block_tokens(runtime: str) -> int:
 
 
 def plan_batching(
-    runtime: str, memory: MemoryEstimate | None, context: int | None
+    runtime: str,
+    memory: MemoryEstimate | None,
+    context: int | None,
+    table: BatchingTable | None = None,
 ) -> Batching | None:
     """The plan for ``runtime`` at the chosen ``context`` (None: the runtime is not in the
-    table, or no context fits)."""
-    rule = batching_table().runtimes.get(runtime)
+    table, or no context fits), by ``table`` (None: the packaged one; the selector passes the
+    one it was given)."""
+    table = table or batching_table()
+    rule = table.runtimes.get(runtime)
     if rule is None or context is None:
         return None
     if rule.mode == "one-at-a-time":
@@ -87,7 +92,7 @@ def plan_batching(
             why=f"concurrent requests gathered for up to {rule.window_ms:g} ms and run as one "
             f"batch of at most {rule.max_sequences} texts",
         )
-    sequences, why = _sequences(rule, memory, context)
+    sequences, why = _sequences(rule, memory, context, table.unverified_sequences)
     kv = memory.kv_cache if memory is not None and memory.kv_cache else None
     return Batching(
         mode="continuous",
@@ -98,9 +103,13 @@ def plan_batching(
     )
 
 
-def _sequences(rule: BatchingRule, memory: MemoryEstimate | None, context: int) -> tuple[int, str]:
+def _sequences(
+    rule: BatchingRule, memory: MemoryEstimate | None, context: int, unverified: int
+) -> tuple[int, str]:
+    """How many full-context sequences fit beside the one-sequence fit (``unverified`` when the
+    memory to check against is unknown), and why."""
     top = rule.max_sequences
-    fallback = min(batching_table().unverified_sequences, top)
+    fallback = min(unverified, top)
     if memory is None or not memory.kv_cache:
         return fallback, (
             f"{fallback} sequences of {context} tokens: the KV cache per sequence is unknown "

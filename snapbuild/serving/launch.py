@@ -104,4 +104,5 @@ def serve_options(
         port=port,
         cors_origins=tuple(cors_origins) if cors_origins is not None else None,
         images=images or ImagePolicy(),
+        option=selected.option,
     )

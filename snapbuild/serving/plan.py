@@ -13,7 +13,7 @@ flash attention, which a quantized V cache needs) when it gives more slots than 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Literal
 
 from pydantic import NonNegativeInt, PositiveInt, model_validator
@@ -60,10 +60,10 @@ def serving_table() -> ServingTable:
     return ServingTable.model_validate(read_data("serving.yaml"))
 
 
-def kv_types(flash_attention: bool) -> list[KvType]:
+def kv_types(flash_attention: bool, table: ServingTable | None = None) -> list[KvType]:
     """KV-cache types allowed, best first, down to the quality floor; quantized types only
-    with flash attention."""
-    table = serving_table()
+    with flash attention (``table``: the packaged one when None)."""
+    table = table or serving_table()
     out: list[KvType] = []
     for name in table.kv_cache_types:
         if name != "f16" and not flash_attention:
@@ -98,6 +98,7 @@ def server_run(slots: int, kv_type: KvType, flash_attention: bool) -> LlamaRun:
     )
 
 
+@lru_cache(maxsize=8192)
 def option(
     shape: ModelShape,
     context: int,
@@ -109,7 +110,8 @@ def option(
     pool: Pool = "ram",
 ) -> Option:
     """What ``slots`` sequences of ``context`` tokens need with ``kv_type``, at the peak
-    (llama.cpp's own sizing rules, :mod:`snapbuild.estimate.llama`)."""
+    (llama.cpp's own sizing rules, :mod:`snapbuild.estimate.llama`). Cached: a pure function
+    of the model that every host of a fleet plan asks again."""
     run = server_run(slots, kv_type, flash_attention)
     peak = plan_memory(
         shape, slots * context, device=runtime_device(runtime), pool=pool, run=run
@@ -125,10 +127,12 @@ def plan(
     device: DeviceClass,
     available: int | None,
     pool: str = "ram",
+    table: ServingTable | None = None,
 ) -> Serving:
     """The serving configuration for ``context`` tokens per slot within ``available`` bytes
-    (None: unknown, plan the preferred slots in f16)."""
-    table = serving_table()
+    (None: unknown, plan the preferred slots in f16), by ``table`` (None: the packaged one;
+    the selector passes the one it was given)."""
+    table = table or serving_table()
     flash = runtime in table.flash_attention
     preferred = table.preferred_slots.get(device, 1)
     enough = table.quantize_below_slots.get(device, 1)
@@ -144,7 +148,7 @@ def plan(
         )
 
     best: Option | None = None
-    for kv_type in kv_types(flash):
+    for kv_type in kv_types(flash, table):
         fitting = [o for o in (sized(kv_type, n) for n in range(preferred, 0, -1)) if fits(o)]
         if not fitting:
             continue
@@ -168,7 +172,11 @@ def plan(
 
 
 def serving_plan(
-    manifest: Manifest, selected: Selected, context: int, memory: MemoryEstimate | None
+    manifest: Manifest,
+    selected: Selected,
+    context: int,
+    memory: MemoryEstimate | None,
+    table: ServingTable | None = None,
 ) -> Serving | None:
     """llama-server's slots and KV type for ``context`` tokens per slot: the Decision's plan at
     the selector's context; at an operator's context, planned again by the selector's own rule
@@ -189,6 +197,7 @@ def serving_plan(
         device=selected.device,
         available=memory.available if memory else None,
         pool=memory.pool if memory else "ram",
+        table=table,
     )
 
 

@@ -10,6 +10,8 @@ Modules: :mod:`~snapbuild.trial.sandbox` (the directories and variables of one t
 :mod:`~snapbuild.trial.prime` (the prime tree snapcraft would build),
 :mod:`~snapbuild.trial.stage` (the components the stand-in installs from),
 :mod:`~snapbuild.trial.health` (waiting for the server) and :mod:`~snapbuild.trial.run` (the
-whole trial). This file imports nothing, so the stand-in, started for every ``snapctl`` call,
-stays quick to start.
+whole trial). :mod:`~snapbuild.trial.snapd` runs a packed ``.snap`` as snapd runs it instead
+(root only): mounted read-only in its own mount namespace, with snapd's environment and socket
+policy and the real ``snapctl``. This file imports nothing, so the stand-in, started for every
+``snapctl`` call, stays quick to start.
 """

@@ -12,6 +12,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,27 @@ HEALTH_TIMEOUT_S = 180.0
 PROGRESS_EVERY_S = 5.0
 
 
+@dataclass(frozen=True)
+class Watched:
+    """What a wait watches besides the URL: whether the service has stopped, its log, and the
+    file where the daemon notes its phase (``$SNAP_DATA/daemon.json``)."""
+
+    stopped: Callable[[], bool]
+    log: Callable[[], str]
+    note: Path
+
+
+def watched_trial(trial: Trial) -> Watched:
+    """The development trial's service, through its snapctl stand-in."""
+    return Watched(
+        stopped=lambda: "inactive" in trial.snapctl("services").stdout,
+        log=trial.log,
+        note=Path(trial.env["SNAP_DATA"]) / "daemon.json",
+    )
+
+
 def wait_healthy(
-    trial: Trial,
+    trial: Trial | Watched,
     url: str,
     timeout: float = HEALTH_TIMEOUT_S,
     echo: Callable[[str], None] | None = None,
@@ -32,38 +52,38 @@ def wait_healthy(
     """Poll /health until 200; fail early, with the log, if the service dies. ``echo`` hears
     what the daemon is doing (waiting for components, preparing, loading) as it changes, and
     the elapsed time every few seconds, so a slow load is not a silent wait."""
+    watched = trial if isinstance(trial, Watched) else watched_trial(trial)
     start = time.monotonic()
     deadline = start + timeout
     said = ("", 0.0)
     while time.monotonic() < deadline:
         if echo is not None:
-            said = _progress(trial, echo, said, time.monotonic() - start)
+            said = _progress(watched.note, echo, said, time.monotonic() - start)
         with contextlib.suppress(requests.RequestException):
             resp = requests.get(url, timeout=2)
             if resp.status_code == 200:
                 body: dict[str, Any] = resp.json()
                 return body
-        if "inactive" in trial.snapctl("services").stdout:
+        if watched.stopped():
             raise TrialError(
                 "the server stopped before it was healthy",
-                details=tail(trial.log()),
-                resolution="Read the log above; `status` in the trial environment says more.",
+                details=tail(watched.log()),
+                resolution="Read the log above; the snap's `status` command says more.",
             )
         time.sleep(0.3)
     raise TrialError(
         f"the server did not become healthy within {timeout:.0f}s at {url}",
-        details=tail(trial.log()),
+        details=tail(watched.log()),
     )
 
 
 def _progress(
-    trial: Trial, echo: Callable[[str], None], said: tuple[str, float], elapsed: float
+    note: Path, echo: Callable[[str], None], said: tuple[str, float], elapsed: float
 ) -> tuple[str, float]:
     """Echo the daemon's phase when it changes (or every few seconds); returns what was said."""
-    path = Path(trial.env["SNAP_DATA"]) / "daemon.json"
     try:
-        note = json.loads(path.read_text(encoding="utf-8"))
-        text = f"{note['phase']}: {note['message']}"
+        data = json.loads(note.read_text(encoding="utf-8"))
+        text = f"{data['phase']}: {data['message']}"
     except (OSError, ValueError, KeyError, TypeError):
         text = "starting the server"
     if text != said[0] or elapsed - said[1] >= PROGRESS_EVERY_S:

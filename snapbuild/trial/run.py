@@ -55,12 +55,14 @@ def prepare(
     model: str,
     *,
     engine: str | None = None,
+    option: str | None = None,
     port: int | None = None,
     work_dir: Path | None = None,
     echo: Callable[[str], None] = print,
     connections: dict[str, bool] | None = None,
 ) -> tuple[Trial, Decision, str]:
-    """Render, select, assemble, stage and install (run the install and configure hooks)."""
+    """Render, select, assemble, stage and install (run the install and configure hooks);
+    ``engine`` and a ladder's ``option`` are preset as the snap's settings."""
     from snapbuild.manifest.checks import require_sound
     from snapbuild.manifest.loader import load_manifest
     from snapbuild.selection.selector import select
@@ -68,13 +70,17 @@ def prepare(
     manifest = load_manifest(model)
     require_sound(manifest, model, echo)
     host = host_profile()
-    decision = select(manifest, host, engine=engine)
-    if engine and (decision.selected is None or decision.selected.engine != engine):
-        cand = decision.candidate(engine)
+    decision = select(manifest, host, engine=engine, option=option)
+    if (engine or option) and decision.selected is None:
+        what = " ".join(f"{k} {v!r}" for k, v in (("engine", engine), ("option", option)) if v)
+        cand = next((c for c in decision.candidates if c.option == option), None)
+        if engine:
+            cand = decision.candidate(engine, option)
         raise NoEngineError(
-            f"engine {engine!r} cannot run on this machine",
-            details="; ".join(cand.blockers) if cand else f"{model} has no engine {engine!r}",
-            resolution=f"Leave out --engine to let the selector choose (`snapbuild try {model}`).",
+            f"{what} cannot run on this machine",
+            details="; ".join(cand.blockers) if cand else f"{model} has no {what}",
+            resolution=f"Leave out {' and '.join(f'--{k}' for k in what.split()[::2])} to let "
+            f"the selector choose (`snapbuild try {model}`).",
         )
     # the snap's name, never the argument: MODEL may be a path (/abs/model.yaml, ./m.yaml)
     work = (
@@ -94,17 +100,20 @@ def prepare(
     skeleton = check_skeleton(trial.prime)
     echo(f"snap pack --check-skeleton: {skeleton}")
     write_commands(trial)
-    # every engine whose files are here, as the Store offers every component: an operator may
-    # force one the selector rejects (`use-engine E --force`), e.g. Vulkan on lavapipe
-    usable = [c.engine for c in decision.candidates]
+    # every engine of every size that runs here, as the Store offers every component: an
+    # operator may force one the selector rejects (`use-engine E --force`), e.g. Vulkan on
+    # lavapipe; a ladder's sizes that run nowhere here are left out
+    runs = {c.option for c in decision.candidates if c.compatible} if decision.options else {None}
+    usable = [(c.engine, c.option) for c in decision.candidates if c.option in runs]
     missing = stage_components(trial, manifest, usable, snapcraft)
-    if decision.selected and any(m.engine == decision.selected.engine for m in missing):
+    sel = decision.selected
+    if sel is not None and any((m.engine, m.option) == (sel.engine, sel.option) for m in missing):
         raise TrialError(
-            f"cannot stage engine {decision.selected.engine}'s components",
+            f"cannot stage engine {sel.engine}'s components",
             details="\n".join(str(m) for m in missing),
             resolution=f"Install the runtime here, or `snapbuild fetch {model}` the weights.",
         )
-    _preset(trial, port=port, engine=engine, connections=connections)
+    _preset(trial, port=port, engine=engine, option=option, connections=connections)
     for hook in ("install", "configure"):
         echo(f"Running the {hook} hook ($SNAP/meta/hooks/{hook})")
         proc = trial.run_hook(hook)
@@ -116,7 +125,12 @@ def prepare(
 
 
 def _preset(
-    trial: Trial, *, port: int | None, engine: str | None, connections: dict[str, bool] | None
+    trial: Trial,
+    *,
+    port: int | None,
+    engine: str | None,
+    option: str | None = None,
+    connections: dict[str, bool] | None,
 ) -> None:
     """What the operator set before installing: options (``snap set``) and plug connections."""
     preset: dict[str, Any] = {}
@@ -124,6 +138,8 @@ def _preset(
         preset["port"] = port
     if engine is not None:
         preset["engine"] = engine
+    if option is not None:
+        preset["model"] = option
     if connections:  # e.g. {"hardware-observe": False}: a plug the operator has not connected
         trial.state.mkdir(parents=True, exist_ok=True)
         (trial.state / "connections.json").write_text(json.dumps(connections))
@@ -149,6 +165,7 @@ def run_trial(
     model: str,
     *,
     engine: str | None = None,
+    option: str | None = None,
     port: int | None = None,
     work_dir: Path | None = None,
     keep_running: bool = False,
@@ -158,7 +175,7 @@ def run_trial(
 ) -> TrialResult:
     """The whole trial; stops the server at the end unless ``keep_running``."""
     trial, decision, skeleton = prepare(
-        model, engine=engine, port=port, work_dir=work_dir, echo=echo
+        model, engine=engine, option=option, port=port, work_dir=work_dir, echo=echo
     )
     with _stopping(trial):
         status = json.loads(trial.run("status", "--json").stdout)
@@ -177,7 +194,7 @@ def run_trial(
         if keep_running:
             echo("The server keeps running; press Ctrl-C to stop it.")
             try:
-                _wait_forever()
+                wait_forever()
             except KeyboardInterrupt:
                 echo("Stopping the server.")
     return result
@@ -197,6 +214,7 @@ def summary(result: TrialResult, prompt: str) -> str:
             "In-snap commands to try (the launcher sets the simulated snap environment; or "
             f"`. {trial.work / 'env.sh'}` then `$SNAP/bin/inference-snap ...`):",
             f"  {cmd} status",
+            *([f"  {cmd} models"] if result.decision.options else []),
             f"  {cmd} engines",
             f"  {cmd} why",
             f"  {cmd} set port=8400",
@@ -217,7 +235,7 @@ def _stopping(trial: Trial) -> Iterator[None]:
         trial.stop()
 
 
-def _wait_forever() -> None:
+def wait_forever() -> None:
     """Sleep until Ctrl-C or SIGTERM (both end as KeyboardInterrupt, so the server stops)."""
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:

@@ -17,6 +17,7 @@ from typing import Any, BinaryIO
 import yaml
 
 from runtimes.catalog import load_catalog
+from snapbuild.manifest.ladder import view_for
 from snapbuild.manifest.model import Manifest
 from snapbuild.project.engine_data import ENGINE_DATA_FILE, artifact_layout, read_engine_data
 from snapbuild.trial.sandbox import Trial, TrialError
@@ -32,19 +33,26 @@ COPY_CHUNK = 8 * 1024 * 1024
 
 @dataclass(frozen=True)
 class Unstaged:
-    """A component (or artifact) ``engine`` needs that could not be staged here, and why."""
+    """A component (or artifact) ``engine`` (running ladder option ``option``) needs that could
+    not be staged here, and why."""
 
     engine: str
     text: str
+    option: str | None = None
 
     def __str__(self) -> str:
         return self.text
 
 
 def stage_components(
-    trial: Trial, manifest: Manifest, engines: list[str], snapcraft: dict[str, Any]
+    trial: Trial,
+    manifest: Manifest,
+    engines: list[tuple[str, str | None]],
+    snapcraft: dict[str, Any],
 ) -> list[Unstaged]:
-    """Stage, where the stand-in installs from, every component of ``engines`` available here.
+    """Stage, where the stand-in installs from, every component of ``engines`` available here:
+    (engine, ladder option) pairs, the option None for a single model. What is staged is only
+    offered: the stand-in installs what the snap's hooks and commands ask for.
 
     Runtime components link the Python packages installed here; artifact components link the
     weights found in the cache or a local package. Returns what could not be staged.
@@ -53,8 +61,9 @@ def stage_components(
 
     catalog = load_catalog()
     unavailable: list[Unstaged] = []
-    for name in engines:
-        engine = manifest.engine(name)
+    for name, option in engines:
+        view = view_for(manifest, option)
+        engine = view.engine(name)
         assert engine is not None
         runtime = catalog.get(engine.runtime)
         assert runtime is not None
@@ -66,7 +75,7 @@ def stage_components(
         native = _native_tree(runtime.family, runtime.component)
         if not site or native is False:
             why = f"{runtime.component} (no {runtime.family} installed here)"
-            unavailable.append(Unstaged(name, why))
+            unavailable.append(Unstaged(name, why, option))
         else:
             comp = _component_dir(trial, runtime.component, snapcraft)
             lib = comp / "lib" / "python3" / "site-packages"
@@ -75,13 +84,13 @@ def stage_components(
                 _link(lib / package, path)
             if isinstance(native, Path):  # the cmake part's files, where the component has them
                 _link(comp / "usr", native / "usr")
-        for artifact in manifest.engine_artifacts(engine):  # the weights and any projector
-            found = locate(manifest, artifact)
+        for artifact in view.engine_artifacts(engine):  # the weights and any projector
+            found = locate(view, artifact)
             if found is None:
                 why = f"{artifact.name} (not in the cache: `snapbuild fetch`)"
-                unavailable.append(Unstaged(name, why))
+                unavailable.append(Unstaged(name, why, option))
                 continue
-            stage_artifact(trial, manifest, artifact.name, found, snapcraft)
+            stage_artifact(trial, view, artifact.name, found, snapcraft)
     return unavailable
 
 

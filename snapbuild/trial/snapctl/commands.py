@@ -26,6 +26,7 @@ from snapbuild.trial.snapctl.state import (
 from snapbuild.trial.snapctl.supervisor import cmd_supervise
 
 QUEUE_FILE = "queue.json"
+CONNECTIONS_FILE = "connections.json"
 QUEUED = ("install", "remove", "start", "stop", "restart")
 COMPONENT_COMMANDS = ("install", "remove")
 
@@ -70,8 +71,8 @@ def cmd_remove(args: list[str]) -> str:
 def cmd_is_connected(args: list[str]) -> str:
     if len(args) != 1:
         raise StandinError("is-connected takes one plug name")
-    if not read("connections.json", {}).get(args[0], True):
-        raise SystemExit(1)
+    if not read(CONNECTIONS_FILE, {}).get(args[0], True):
+        raise StandinError("")  # snapctl's "no": exit 1, nothing printed
     return ""
 
 
@@ -134,6 +135,23 @@ COMMANDS: dict[str, Callable[[list[str]], str]] = {
 }
 
 
+# What only reads or writes the snap's state: the part the snapd-like harness
+# (:mod:`snapbuild.trial.snapd`) delegates to, while it performs the actions itself.
+STATE_COMMANDS = ("get", "set", "unset", "is-connected")
+
+
+def run(args: list[str]) -> tuple[int, str, str]:
+    """One snapctl command: exit status, stdout and stderr as snapctl prints them."""
+    try:
+        if os.environ.get(HOOK_VAR) and args[0] in QUEUED:
+            out = _queue(args[0], args[1:])
+        else:
+            out = COMMANDS[args[0]](args[1:])
+    except StandinError as err:
+        return 1, "", f"error: {err}\n" if str(err) else ""
+    return 0, f"{out}\n" if out else "", ""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one snapctl command; errors print like snapctl's and exit 1."""
     args = sys.argv[1:] if argv is None else argv
@@ -147,14 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             "environment (source the trial's env.sh)\n"
         )
         return 1
-    try:
-        if os.environ.get(HOOK_VAR) and args[0] in QUEUED:
-            out = _queue(args[0], args[1:])
-        else:
-            out = COMMANDS[args[0]](args[1:])
-    except StandinError as err:
-        sys.stderr.write(f"error: {err}\n")
-        return 1
-    if out:
-        sys.stdout.write(out + "\n")
-    return 0
+    code, out, err = run(args)
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    return code

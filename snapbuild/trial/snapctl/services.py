@@ -41,17 +41,21 @@ def daemons() -> dict[str, dict[str, Any]]:
 
 def resolve(names: list[str]) -> list[str]:
     """Service arguments (``snap.app`` or ``snap``) to app names."""
-    snap = os.environ["SNAP_NAME"]
-    apps_by_name = daemons()
+    return resolve_services(os.environ["SNAP_NAME"], sorted(daemons()), names)
+
+
+def resolve_services(snap: str, services: list[str], names: list[str]) -> list[str]:
+    """``snapctl``'s service arguments (``snap.app`` or ``snap``; none: all) to app names of
+    ``services``, the snap's daemons in snapd's order."""
     if not names:
-        return sorted(apps_by_name)
+        return list(services)
     apps: list[str] = []
     for name in names:
         if name == snap:
-            apps.extend(sorted(apps_by_name))
+            apps.extend(services)
             continue
         prefix, _, app = name.partition(".")
-        if prefix != snap or app not in apps_by_name:
+        if prefix != snap or app not in services:
             raise StandinError(f"unknown service: {name!r}")
         apps.append(app)
     return apps
@@ -161,19 +165,29 @@ def service_action(args: list[str], action: str) -> str:
 def cmd_services(args: list[str]) -> str:
     snap = os.environ["SNAP_NAME"]
     services = read(SERVICES_FILE, {})
-    rows = [("Service", "Startup", "Current", "Notes")]
+    rows = []
     for app in resolve([a for a in args if not a.startswith("-")]):
         record = services.get(app, {"enabled": False})
-        rows.append(
+        running = alive(record)
+        rows.append((app, bool(record.get("enabled")), running, bool(record.get("failed"))))
+    return services_table(snap, rows)
+
+
+def services_table(snap: str, rows: list[tuple[str, bool, bool, bool]]) -> str:
+    """``snapctl services`` output: one row per (app, enabled, active, failed), aligned as
+    snapd aligns it; ``failed`` shows in Notes only while the service is not active."""
+    table = [("Service", "Startup", "Current", "Notes")]
+    for app, enabled, active, failed in rows:
+        table.append(
             (
                 f"{snap}.{app}",
-                "enabled" if record.get("enabled") else "disabled",
-                "active" if alive(record) else "inactive",
-                "failed" if record.get("failed") and not alive(record) else "-",
+                "enabled" if enabled else "disabled",
+                "active" if active else "inactive",
+                "failed" if failed and not active else "-",
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    widths = [max(len(r[i]) for r in table) for i in range(3)]
     return "\n".join(
         "  ".join(cell.ljust(widths[i]) if i < 3 else cell for i, cell in enumerate(row))
-        for row in rows
+        for row in table
     )

@@ -34,7 +34,8 @@ _DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
-def _duration(text: Any, default: float) -> float:
+def parse_duration(text: Any, default: float) -> float:
+    """A snap.yaml or systemd duration (``100ms``, ``2s``, ``1m``; a bare number is seconds)."""
     match = _DURATION_RE.match(str(text).strip()) if text is not None else None
     return float(match[1]) * _UNITS[match[2]] if match else default
 
@@ -58,9 +59,10 @@ class Supervisor:
     def __init__(self, name: str, app: dict[str, Any]) -> None:
         self.name = name
         self.condition = str(app.get("restart-condition") or "on-failure")
-        self.delay = _duration(app.get("restart-delay"), RESTART_DELAY_S)
+        self.delay = parse_duration(app.get("restart-delay"), RESTART_DELAY_S)
         self.burst = int(os.environ.get(START_LIMIT_BURST_VAR) or START_LIMIT_BURST)
-        self.interval = _duration(os.environ.get(START_LIMIT_INTERVAL_VAR), START_LIMIT_INTERVAL_S)
+        interval = os.environ.get(START_LIMIT_INTERVAL_VAR)
+        self.interval = parse_duration(interval, START_LIMIT_INTERVAL_S)
         argv = shlex.split(app["command"])
         argv[0] = str(Path(os.environ["SNAP"]) / argv[0])
         self.argv = argv

@@ -1,10 +1,13 @@
-"""Request bodies of the OpenAI-compatible API, as pydantic models (the responses are in
-:mod:`runtimes.gateway.answers`).
+"""Request bodies of the OpenAI-compatible API, as pydantic models: what the gateway validates
+and every engine receives (the responses are in :mod:`runtimes.gateway.answers`).
 
-They are the OpenAPI document (FastAPI derives it from them), so keeping them precise keeps the
-served document accurate. Requests ignore fields they do not know, like OpenAI-compatible
-servers commonly do, so clients that send extra options still work; wrong types or values are
-422 errors that name the field.
+They sit below the gateway and the engines, beside :mod:`runtimes.engine` whose ``Engine``
+protocol names them, so that both can import them and neither imports the other. They are also
+the OpenAPI document (FastAPI derives it from them), so keeping them precise keeps the served
+document accurate. Requests ignore fields they do not know, like OpenAI-compatible servers
+commonly do, so clients that send extra options still work (and a llama-server engine still
+forwards them: it relays the client's own JSON); wrong types or values are 422 errors that name
+the field.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import base64
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+MAX_EMBEDDING_INPUTS = 2048  # texts in one embeddings request (the gateway refuses more)
 
 
 class _Request(BaseModel):
@@ -198,6 +203,8 @@ class EmbeddingRequest(_Request):
     """POST /v1/embeddings."""
 
     model: str
-    input: str | list[str] = Field(description="A text or a list of texts (at most 2048).")
+    input: str | list[str] = Field(
+        description=f"A text or a list of texts (at most {MAX_EMBEDDING_INPUTS})."
+    )
     encoding_format: Literal["float", "base64"] = "float"
     user: str | None = None
