@@ -240,7 +240,7 @@ def _run(ctx: Context) -> None:
     os.environ.update(usable)
     threads = runtime_threads(host, usable)
     ctx.env.running_path.write_text(json.dumps(settings.to_data(), indent=2) + "\n")
-    _serve(ctx, decision, settings, runtime_dir, weights, threads)
+    _serve(ctx, decision, settings, runtime_dir, weights, threads, host)
 
 
 def _weights(ctx: Context, decision: Decision) -> tuple[Path, Path | None]:
@@ -269,8 +269,10 @@ def _serve(
     runtime_dir: Path,
     weights: tuple[Path, Path | None],
     threads: int | None,
+    host: HostProfile,
 ) -> None:
-    """Serve the engine on the configured port and socket; publish where, and what passed."""
+    """Serve the engine on the configured port and socket; publish where, and what passed.
+    ``host``: this machine, to name a GPU engine's device as its backend counts."""
     from runtimes.gateway.images import ImagePolicy
     from runtimes.gateway.server import run as serve
     from snapbuild.serving.launch import serve_options
@@ -305,6 +307,7 @@ def _serve(
         memory=memory,
         advice=advice(ctx, engine),
         unix_socket=socket_path(ctx.env.common),
+        machine=host,
     )
 
     def listening(host: str, port: int) -> None:

@@ -267,7 +267,7 @@ def _switch(
             f"{noun} unset for automatic selection.",
         )
     state.forced = True
-    return forced_selection(decision, cand.engine, option), state
+    return forced_selection(decision, cand.engine, ctx.manifest, option), state
 
 
 def apply(

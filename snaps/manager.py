@@ -16,7 +16,7 @@ from hwprobe.replay import probe_from_environ
 from runtimes.catalog import load_catalog
 from snapbuild.manifest.ladder import view_for
 from snapbuild.manifest.model import Manifest
-from snapbuild.selection.decision import Candidate, Decision, Selected
+from snapbuild.selection.decision import Candidate, Decision
 from snapcommon.errors import SnapbuildError, UsageError
 from snapcommon.files import write_atomically as _atomic_write
 from snaps import config
@@ -186,26 +186,18 @@ def select(
     return run_selector(chosen, host, engine=engine, option=option)
 
 
-def forced_selection(decision: Decision, engine: str, option: str | None = None) -> Decision:
+def forced_selection(
+    decision: Decision, engine: str, manifest: Manifest | None = None, option: str | None = None
+) -> Decision:
     """A decision whose winner is ``engine`` (running ``option``) even though the selector
-    rejected it (--force)."""
-    cand = decision.candidate(engine, option)
-    if cand is None:
+    rejected it (--force); with the ``manifest``, llama-server's slots are planned in the memory
+    the selector saw."""
+    from snapbuild.selection.forced import forced
+
+    if decision.candidate(engine, option) is None:
         raise UsageError(f"engine {engine!r} is not in this snap")
-    selected = Selected(
-        engine=cand.engine,
-        runtime=cand.runtime,
-        device=cand.device,
-        vendor=cand.vendor,
-        context_size=cand.context_size or (cand.memory.context_size if cand.memory else 2048),
-        artifact=cand.artifact,
-        quantization=cand.quantization,
-        slot=cand.slot,
-        why=f"forced by the user (`{'use-model' if option else 'use-engine'} --force`) despite: "
-        + "; ".join(cand.blockers),
-        option=cand.option,
-    )
-    return decision.model_copy(update={"selected": selected})
+    how = f"`{'use-model' if option else 'use-engine'} --force`"
+    return forced(decision, engine, manifest, option=option, how=how)
 
 
 def components_for(manifest: Manifest, engine: str) -> list[str]:

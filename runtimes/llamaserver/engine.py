@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from runtimes.gateway.metrics import Metrics
 from runtimes.gateway.sse import DONE, HEAD_GRACE_S, event, streaming
 from runtimes.llamaserver import toolcalls
 from runtimes.llamaserver.counts import RequestCounts
+from runtimes.llamaserver.offload import OffloadReport, offload_data, on_device, read_report
 from runtimes.llamaserver.relay import Relay, fix_whole, upstream_error
 from runtimes.llamaserver.supervisor import (
     ServerBinary,
@@ -94,6 +96,7 @@ class LlamaServerEngine:
         self._embed_lock = asyncio.Lock()
         self.requests = RequestCounts(metrics)
         self.native_tools = False  # whether the chat template renders tools (llama-server /props)
+        self.offload: OffloadReport | None = None  # where llama-server's log says the model went
         self._live: dict[str, float] = {}
         metrics.sources.append(lambda: dict(self._live))
 
@@ -122,7 +125,11 @@ class LlamaServerEngine:
         self, config: ServingConfig, *, embeddings: bool, projector: Path | None = None
     ) -> Supervisor:
         server = self._binary()
-        model, device = self.options.artifact, self.options.device
+        model, device = self.options.artifact.absolute(), self.options.device
+        offload, env, note = on_device(self.config.offload, server.binary.parent, server.env())
+        if note and note not in self.notes:
+            self.notes.append(note)  # a CPU build stands in for the GPU component
+        config = dataclasses.replace(config, offload=offload)
 
         choice = self.template
         # the GGUF's own template needs nothing; the manifest's or the model family's is handed
@@ -143,9 +150,10 @@ class LlamaServerEngine:
 
         return Supervisor(
             command,
-            server.env(),
+            env,
             warm_up=warm_embeddings if embeddings else warm_chat,
             name="llama-server (embeddings)" if embeddings else "llama-server",
+            cwd=server.binary.parent,
         )
 
     async def start(self) -> None:
@@ -165,7 +173,9 @@ class LlamaServerEngine:
         problem = None
         if projector is not None and not projector.is_file():
             problem = f"the projector {projector} does not exist"
-        main = await self._launch(projector if problem is None else None)
+        main = await self._launch(
+            projector.absolute() if projector is not None and problem is None else None
+        )
         if not main.ready.is_set() and projector is not None and problem is None:
             problem = f"the projector {projector} failed to load ({_failure(main)})"
             await main.stop()
@@ -174,6 +184,9 @@ class LlamaServerEngine:
             self.notes.append(f"{problem}: serving text only, images are refused")
             log.error("%s: serving text only", problem)
         if main.ready.is_set():
+            self.offload = read_report(main.state.log) if self.config.offload else None
+            if self.offload is not None and (short := self.offload.shortfall()):
+                self.notes.append(short)
             self.native_tools = await native_tools(main.client)
             if not self.native_tools:
                 self.notes.append(
@@ -239,6 +252,8 @@ class LlamaServerEngine:
             "projector": str(self.options.projector) if self.options.projector else None,
             "notes": list(self.notes),
         }
+        if c.offload is not None:
+            info["offload"] = offload_data(c.offload, self.offload)
         if self.main is not None:
             info["child"] = {**self.main.state.to_data(), "pid": self.main.pid}
         return info

@@ -34,6 +34,7 @@ import httpx
 
 from runtimes.component_tree import ROOT_VAR, ComponentTree, component_root
 from runtimes.engine import RuntimeFailure
+from runtimes.llamaserver.offload import DeviceChoice
 
 log = logging.getLogger("snapbuild.runtimes.llamaserver")
 
@@ -111,6 +112,7 @@ class ServingConfig:
     threads: int | None = None
     gpu_layers: int | None = None  # None: none on CPU engines, all on GPU engines
     batch_size: int | None = None  # logical and physical batch (embeddings need the whole input)
+    offload: DeviceChoice | None = None  # GPU engines: the one device to compute on
 
     def for_embeddings(self) -> ServingConfig:
         """The embedding child's: one slot, f16 cache, no reuse, and the whole context in one
@@ -171,6 +173,9 @@ def server_command(
     ]
     if device == "gpu" or config.gpu_layers is not None:
         args += ["--gpu-layers", str(_gpu_layers(config, device))]
+    if config.offload is not None:  # that device or a failed start, never the CPU by accident;
+        # verbosity 4: llama.cpp's load lines (device, layers, buffers: offload.read_report)
+        args += ["--device", config.offload.device, "--log-verbosity", "4"]
     if config.threads:
         args += ["--threads", str(config.threads), "--threads-batch", str(config.threads)]
     if config.batch_size:
@@ -238,9 +243,11 @@ class Supervisor:
         name: str = "llama-server",
         health_timeout: float = HEALTH_TIMEOUT_S,
         backoff: Sequence[float] = BACKOFF_S,
+        cwd: Path | None = None,
     ) -> None:
         self._command = command
         self._env = env
+        self._cwd = cwd  # ggml loads backend modules from the binary's folder and from here
         self._warm_up = warm_up
         self.name = name
         self.health_timeout = health_timeout
@@ -343,6 +350,7 @@ class Supervisor:
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,
                 preexec_fn=_die_with_parent,
+                cwd=self._cwd,
             )
         except OSError as exc:
             self.state.last_exit = f"could not start: {exc}"

@@ -36,21 +36,36 @@ OPTION = click.option(
 
 
 def _choose_engine(
-    manifest: Manifest, host: HostProfile, engine: str | None, option: str | None = None
+    manifest: Manifest,
+    host: HostProfile,
+    engine: str | None,
+    option: str | None = None,
+    force: bool = False,
 ) -> tuple[Manifest, Selected, MemoryEstimate | None]:
-    """The selector's choice (or ``engine`` and ``option``, when compatible): the manifest that
-    serves (a ladder's option view), the engine, the context it chose, its serving configuration
-    and batching plan, the inputs it serves; and its memory estimate (for planning the slots
-    again at an operator's context)."""
+    """The selector's choice (or ``engine`` and ``option``, when compatible, or whatever the
+    selector says of them with ``force``): the manifest that serves (a ladder's option view),
+    the engine, the context it chose, its serving configuration and batching plan, the inputs
+    it serves; and its memory estimate (for planning the slots again at an operator's
+    context)."""
     from snapbuild.manifest.ladder import view_for
+    from snapbuild.selection.forced import forced
     from snapbuild.selection.selector import select
 
+    if force and engine is None:
+        raise UsageError("--force needs --engine", resolution="e.g. --engine vulkan --force")
     if engine is not None and manifest.engine(engine) is None:
         raise UsageError(
             f"the manifest {manifest.name!r} has no engine {engine!r}",
             resolution="use one of: " + ", ".join(e.name for e in manifest.engines),
         )
     decision = select(manifest, host, engine=engine, option=option)
+    if force and engine and (decision.selected is None or decision.selected.engine != engine):
+        chosen = option
+        if chosen is None and decision.options:  # a ladder: the size the selector runs here
+            auto = select(manifest, host).selected
+            chosen = auto.option if auto else decision.options[-1].option  # else the smallest
+        how = "`snapbuild serve --force`"
+        decision = forced(decision, engine, manifest, option=chosen, how=how)
     if decision.selected is None:
         blockers = [
             f"{c.engine}: {'; '.join(c.blockers) or 'not compatible'}"
@@ -70,6 +85,11 @@ def _choose_engine(
 @click.argument("model")
 @click.option("--engine", "engine", default=None, help="Serve this engine instead of selecting.")
 @OPTION
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Serve --engine even where the selector rejects it (e.g. Vulkan on lavapipe).",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
     "--port",
@@ -95,6 +115,7 @@ def serve_cmd(
     model: str,
     engine: str | None,
     option: str | None,
+    force: bool,
     host: str,
     port_text: str | None,
     context_size: int | None,
@@ -113,7 +134,7 @@ def serve_cmd(
     port = _port(port_text) if port_text else None
     profile = hwprobe.probe()
     try:
-        manifest, selected, memory = _choose_engine(manifest, profile, engine, option)
+        manifest, selected, memory = _choose_engine(manifest, profile, engine, option, force)
     except NoEngineError as err:  # the port answers why, as the snap's does
         serve_no_fit(manifest, err, host, port)
     chosen = manifest.engine(selected.engine)
@@ -150,6 +171,7 @@ def serve_cmd(
         port=port,
         llama_root=llama_root,
         memory=memory,
+        machine=profile,
     )
     run(options, on_listening=listening)
 

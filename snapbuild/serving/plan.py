@@ -24,7 +24,7 @@ from snapbuild.estimate.memory import Pool, plan_memory
 from snapbuild.estimate.shape import ModelShape, model_shape
 from snapbuild.estimate.tables import llama_memory, read_data
 from snapbuild.manifest.model import Manifest
-from snapbuild.selection.decision import DeviceClass, MemoryEstimate, Selected, Serving
+from snapbuild.selection.decision import Candidate, DeviceClass, MemoryEstimate, Selected, Serving
 from snapcommon.model import KebabModel
 from snapcommon.sizes import gib
 
@@ -198,6 +198,29 @@ def serving_plan(
         available=memory.available if memory else None,
         pool=memory.pool if memory else "ram",
         table=table,
+    )
+
+
+def forced_plan(manifest: Manifest, candidate: Candidate) -> Serving | None:
+    """llama-server's plan for an engine the selector rejected and an operator forced
+    (``use-engine E --force``): the selector's rule in the memory its judging saw on the
+    engine's device (a software Vulkan device's reported memory, say). None when there is
+    nothing to plan with (no memory fit, no model shape, not served by llama-server)."""
+    from runtimes.catalog import load_catalog
+
+    engine = manifest.engine(candidate.engine)
+    entry = load_catalog().get(candidate.runtime)
+    shape = model_shape(manifest, engine) if engine is not None else None
+    memory = candidate.memory
+    if shape is None or memory is None or entry is None or entry.serving != "llama-server":
+        return None
+    return plan(
+        shape,
+        memory.context_size,
+        runtime=candidate.runtime,
+        device=candidate.device,
+        available=memory.available,
+        pool=memory.pool,
     )
 
 

@@ -100,7 +100,11 @@ def prepare(
     skeleton = check_skeleton(trial.prime)
     echo(f"snap pack --check-skeleton: {skeleton}")
     write_commands(trial)
-    usable = [(c.engine, c.option) for c in decision.candidates if c.compatible]
+    # every engine of every size that runs here, as the Store offers every component: an
+    # operator may force one the selector rejects (`use-engine E --force`), e.g. Vulkan on
+    # lavapipe; a ladder's sizes that run nowhere here are left out
+    runs = {c.option for c in decision.candidates if c.compatible} if decision.options else {None}
+    usable = [(c.engine, c.option) for c in decision.candidates if c.option in runs]
     missing = stage_components(trial, manifest, usable, snapcraft)
     sel = decision.selected
     if sel is not None and any((m.engine, m.option) == (sel.engine, sel.option) for m in missing):
