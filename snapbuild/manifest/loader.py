@@ -74,8 +74,17 @@ def resolve(name_or_path: str) -> Path:
 # --------------------------------------------------------------------------- YAML reading
 
 
+MAX_MANIFEST_BYTES = 1 << 20  # hand-written files of a few KB; a chat template fits many times
+
+
 def _read(path: Path, shown: str) -> yaml_rt.Document:
     try:
+        if path.is_file() and path.stat().st_size > MAX_MANIFEST_BYTES:
+            raise ManifestError(
+                f"{shown} is {path.stat().st_size} bytes; a manifest may be at most "
+                f"{MAX_MANIFEST_BYTES} bytes",
+                resolution="give the manifest file, not a model or data file",
+            )
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ManifestError(
@@ -93,15 +102,26 @@ def _read(path: Path, shown: str) -> yaml_rt.Document:
         ) from None
     try:
         return yaml_rt.load(text)
+    except yaml_rt.YamlLimitError as exc:
+        raise ManifestError(
+            f"{shown} is refused: {exc.problem}",
+            details=f"at {shown}:{_line(exc)}",
+            resolution="write the values out with fewer levels and fewer aliases (*name); a "
+            "manifest needs neither",
+        ) from None
     except yaml_rt.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = int(mark.line) + 1 if mark is not None else 1
+        line = _line(exc)
         problem = getattr(exc, "problem", None) or str(exc)
         raise ManifestError(
             f"{shown} is not valid YAML",
             details=f"{shown}:{line}: YAML syntax error: {problem}",
             resolution="fix the YAML syntax at that line (indentation, quoting, colons)",
         ) from None
+
+
+def _line(exc: Exception) -> int:
+    mark = getattr(exc, "problem_mark", None)
+    return int(mark.line) + 1 if mark is not None else 1
 
 
 def parse_manifest(text: str, *, source: str = "<manifest>") -> Manifest:

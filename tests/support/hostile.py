@@ -157,3 +157,21 @@ def truncations(blob: bytes, points: int = 80) -> list[bytes]:
 def many_strings(count: int) -> bytes:
     """A header whose one array holds ``count`` real one-byte strings (the strings cap)."""
     return gguf_bytes([*model_kvs(), kv_array("x.many", STR, ["a"] * count)])
+
+
+def billion_laughs(levels: int = 9) -> str:
+    """A manifest-shaped document whose aliases expand ten-fold per level (10^levels nodes)."""
+    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i in range(1, levels + 1):
+        lines.append(f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 10) + "]")
+    return "\n".join([*lines, f"name: *a{levels}"]) + "\n"
+
+
+def deep_flow(levels: int) -> str:
+    """``name: [[[...]]]``: a flow sequence nested ``levels`` deep."""
+    return "name: " + "[" * levels + "]" * levels + "\n"
+
+
+def deep_block(levels: int) -> str:
+    """Block mappings nested ``levels`` deep, one indented key per line."""
+    return "".join("  " * i + f"k{i}:\n" for i in range(levels)) + "  " * levels + "v: 1\n"
