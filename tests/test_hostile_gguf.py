@@ -19,7 +19,6 @@ from support.bounded import MIB, Bounded, python, snapbuild
 from support.tiny_models import write_tiny_gguf
 
 from snapbuild.estimate.gguf_shape import sliding_layers
-from snapcommon.files import sha256_of
 
 PEAK = 300 * MIB  # what any one hostile run may cost, the command's own start included
 SECONDS = 30.0
@@ -118,14 +117,7 @@ def test_the_566_byte_bomb_through_every_command(tmp_path: Path) -> None:
     manifest = tmp_path / "good.yaml"
     made = snapbuild("new", str(good), "-o", str(manifest), "--license", "MIT")
     assert made.returncode == 0, made.stderr
-    text = manifest.read_text()  # the manifest now describes the bomb, under good's name
-    for old, new in (
-        (good.stat().st_size, bomb.stat().st_size),
-        (sha256_of(good), sha256_of(bomb)),
-    ):
-        text = text.replace(str(old), str(new))
-    manifest.write_text(text)
-    bomb.replace(good)
+    hostile.swap_file(manifest, good, bomb)
     for command in (("estimate", str(good)), ("new", str(good)), ("validate", str(manifest))):
         result = snapbuild(*command, cwd=tmp_path)
         _bounded(result, f"{command[0]} on the bomb")

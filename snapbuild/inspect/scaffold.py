@@ -147,6 +147,7 @@ def new_manifest(
         + ", ".join(f"{k} {v}" for k, v in sc.data["model"].items())
     )
     _kind_notes(sc, lead)
+    _check_templates(sc, sources)
     sc.data["artifacts"] = [_artifact(sc, snap, s, output.parent, url_base) for s in sources]
     sc.data["engines"] = _engines(sc, sources, sc.data["artifacts"], lead.kind)
     return sc
@@ -203,6 +204,22 @@ def _kind_notes(sc: Scaffold, lead: FileFacts) -> None:
             "template as model.chat-template and set kind: chat"
         )
     sc.review += [n for n in lead.notes]
+
+
+def _check_templates(sc: Scaffold, sources: list[Source]) -> None:
+    """Each file's own chat template rendered in the sandbox before a manifest names it: an
+    error stops ``new`` (nothing is written), a warning is listed for review."""
+    from snapbuild.manifest.checks import gguf_template_findings
+
+    for source in sources:
+        for finding in gguf_template_findings(source.facts, "model.chat-template"):
+            if finding.level == "error":
+                raise UsageError(
+                    f"{source.path.name} carries a chat template llama-server cannot use safely",
+                    details=finding.message,
+                    resolution=f"{finding.fix}; no manifest was written",
+                )
+            sc.review.append(f"model.chat-template: {finding.message}")
 
 
 def _artifact(

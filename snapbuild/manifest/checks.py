@@ -42,8 +42,15 @@ class Finding:
 
 
 def check_manifest(manifest: Manifest) -> list[Finding]:
-    """Every finding for ``manifest``: its licence, then each artifact found locally."""
+    """Every finding for ``manifest``: its licence, its chat template, then each artifact found
+    locally."""
     out = _license(manifest)
+    if manifest.model.chat_template:
+        out += template_findings(
+            manifest.model.chat_template,
+            "the manifest's model.chat-template",
+            "model.chat-template",
+        )
     for index, artifact in enumerate(manifest.artifacts):
         out += _artifact(manifest, index, artifact)
     return out
@@ -131,7 +138,34 @@ def _artifact(manifest: Manifest, index: int, artifact: Artifact) -> list[Findin
         ]
     if facts is not None:
         out += _compare(manifest, where, artifact, facts)
+        out += gguf_template_findings(facts, where)
     return out
+
+
+def template_findings(template: str, name: str, field: str) -> list[Finding]:
+    """The chat template rendered in the sandbox (:mod:`runtimes.template_check`): an error
+    when llama-server could not use it safely, a warning when it may not work."""
+    from runtimes.template_check import check_template
+
+    problem = check_template(template)
+    if problem is None:
+        return []
+    fix = (
+        "fix the template (llama.cpp renders Jinja2 without include, import or extends), or "
+        "give a working one as model.chat-template, which wins over the GGUF's"
+        if problem.level == "error"
+        else "nothing to do if the model's conversations differ from the sample; else fix it"
+    )
+    return [Finding(problem.level, field, problem.describe(name), fix)]
+
+
+def gguf_template_findings(facts: FileFacts, field: str) -> list[Finding]:
+    """:func:`template_findings` for the GGUF's own template, when it is the one in use."""
+    choice = facts.template
+    if choice is None or choice.source != "gguf" or choice.template is None:
+        return []
+    name = f"the chat template of {facts.path.name} (tokenizer.chat_template)"
+    return template_findings(choice.template, name, field)
 
 
 def _projector(where: str, artifact: Artifact, path: Path) -> list[Finding]:

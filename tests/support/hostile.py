@@ -10,8 +10,10 @@ Each builder takes the counts as arguments, so a test can make any of them lie.
 from __future__ import annotations
 
 import math
+import re
 import struct
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
@@ -175,3 +177,35 @@ def deep_flow(levels: int) -> str:
 def deep_block(levels: int) -> str:
     """Block mappings nested ``levels`` deep, one indented key per line."""
     return "".join("  " * i + f"k{i}:\n" for i in range(levels)) + "  " * levels + "v: 1\n"
+
+
+HOSTILE_TEMPLATES: dict[str, tuple[str, str]] = {
+    # name -> (template, what the refusal says)
+    "doubling": (
+        '{% set s = namespace(v="ab") %}{% for i in range(40) %}{% set s.v = s.v ~ s.v %}'
+        "{% endfor %}{{ s.v }}",
+        "needs more memory than the check allows",
+    ),
+    "recursive-macro": ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "recurses"),
+    "include": ('{% include "other.jinja" %}', "uses {% include %}"),
+    "import": ('{% from "other.jinja" import x %}', "uses {% from ... import %}"),
+    "syntax-error": ("{% for m in messages %}{{ m.content }", "syntax error"),
+    "range-10^12": ("{% for i in range(10**12) %}x{% endfor %}", "runaway amount of work"),
+    "busy-loop": (
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+        "took more than 2 s",
+    ),
+    "runaway-output": ("{% for i in range(100000) %}xxxxxxxxxx{% endfor %}", "runaway output"),
+    "python-internals": ("{{ messages.__class__.__mro__ }}", "the sandbox forbids"),
+}
+
+
+def swap_file(manifest: Path, sound: Path, hostile_file: Path) -> None:
+    """Make ``manifest`` (written by ``new`` for ``sound``) describe ``hostile_file`` (size and
+    sha256), then put that file in ``sound``'s place: a manifest an attacker wrote by hand."""
+    from snapcommon.files import sha256_of
+
+    text = manifest.read_text().replace(sha256_of(sound), sha256_of(hostile_file))
+    text = re.sub(r"(?m)^(\s+size: )\d+$", rf"\g<1>{hostile_file.stat().st_size}", text)
+    manifest.write_text(text)
+    hostile_file.replace(sound)
