@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from runtimes.gateway import answers as a
 from runtimes.gateway import schemas as s
+from runtimes.gateway.budget import PromptBudget
 from runtimes.gateway.errors import ApiError
 from runtimes.gateway.images import ImagePolicy, check_request
 from runtimes.gateway.metrics import Metrics
@@ -100,6 +101,7 @@ class ServerState:
         "text",
     )  # what the engine takes in (images: runtimes.gateway.images)
     images: ImagePolicy = field(default_factory=ImagePolicy)
+    budget: PromptBudget | None = None  # the prompt's lower bound, checked before forwarding
     status: str = "loading"
     detail: str | None = None
     load_error: BaseException | None = None
@@ -249,6 +251,8 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
         """Chat with the model; ``stream: true`` answers server-sent events ending in [DONE]."""
         _check_ready(state, body.model, "chat")
         _check_choices(state, body.n)
+        if state.budget is not None:
+            state.budget.check_chat(body)
         payload = await check_request(
             await request.json(), state.images, state.inputs, state.model_id
         )
@@ -268,6 +272,8 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
         payload = await request.json()
         if not body.prompt or not (body.prompt if isinstance(body.prompt, str) else body.prompt[0]):
             raise ApiError(400, "the prompt is empty; give some text", param="prompt")
+        if state.budget is not None:
+            state.budget.check_completion(body)
         return await state.engine.completions(payload, request)
 
     @app.post("/v1/embeddings", response_model=a.EmbeddingList, responses=ERRORS)

@@ -41,10 +41,13 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from runtimes.engine import LoadOptions
+from runtimes.gateway.budget import PromptBudget, gguf_budget
 from runtimes.gateway.errors import ApiError
 from runtimes.gateway.images import ImagePolicy
 from runtimes.gateway.metrics import Metrics
 from runtimes.gateway.middleware import BodyLimit, CountRequests
+from runtimes.gateway.protocol import LIMITS as CONNECTION_LIMITS
+from runtimes.gateway.protocol import ConnectionLimits, http_protocol
 from runtimes.gateway.routes import Engine, ServerState, install_error_handlers, install_routes
 from runtimes.inprocess.adapter import RuntimeAdapter, adapter_class
 from runtimes.inprocess.engine import LocalEngine
@@ -109,6 +112,8 @@ def create_app(
     max_choices: int = 1,
     images: ImagePolicy | None = None,
     loaded: bool = False,
+    budget: PromptBudget | None = None,
+    connection: ConnectionLimits = CONNECTION_LIMITS,
 ) -> FastAPI:
     """Build the app around ``engine`` (an in-process adapter is wrapped in a
     :class:`LocalEngine`); it starts (loads, warms up) in the background at startup and answers
@@ -129,6 +134,7 @@ def create_app(
         max_choices=max_choices,
         inputs=tuple(getattr(engine, "inputs", ("text",))),
         images=images or ImagePolicy(),
+        budget=budget,
     )
 
     @contextlib.asynccontextmanager
@@ -147,7 +153,7 @@ def create_app(
     app.state.snapbuild = state
     install_error_handlers(app)
     install_routes(app, state)
-    app.add_middleware(BodyLimit, limit=max_body_bytes)  # type: ignore[arg-type]
+    app.add_middleware(BodyLimit, limit=max_body_bytes, seconds=connection.body_s)  # type: ignore[arg-type]
     app.add_middleware(CountRequests, metrics=metrics)  # type: ignore[arg-type]
     origins = list(cors_origins or [])
     app.add_middleware(
@@ -267,6 +273,7 @@ def run(options: ServeOptions, *, on_listening: Callable[[str, int], None] | Non
     )
     failure: list[BaseException] = []
     server: uvicorn.Server | None = None
+    budget = gguf_budget(load.artifact, load.context_size)  # None: not a GGUF
 
     def on_load_error(exc: BaseException) -> None:
         failure.append(exc)
@@ -284,8 +291,11 @@ def run(options: ServeOptions, *, on_listening: Callable[[str, int], None] | Non
         metrics=metrics,
         max_choices=choices,
         images=options.images,
+        budget=budget,
     )
-    config = uvicorn.Config(app, log_level=options.log_level, timeout_graceful_shutdown=3)
+    config = uvicorn.Config(
+        app, log_level=options.log_level, timeout_graceful_shutdown=3, http=http_protocol()
+    )
     server = uvicorn.Server(config)
     if on_listening is not None:
         on_listening(options.host, bound_port)

@@ -59,15 +59,16 @@ def http_files_server(handler: type[Any]) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def app_in_thread(app: Any) -> Iterator[str]:
-    """Run a FastAPI app with uvicorn on a free loopback port; yield its base URL."""
+def app_in_thread(app: Any, **config: Any) -> Iterator[str]:
+    """Run a FastAPI app with uvicorn (``config``: more of its options) on a free loopback
+    port; yield its base URL."""
     import uvicorn
 
     from runtimes.gateway.server import bind_socket
 
     sock = bind_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **config))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{port}"
