@@ -14,6 +14,7 @@ then serves.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import sys
@@ -47,11 +48,35 @@ def log(message: str) -> None:
 
 
 def note(ctx: Context, phase: str, message: str) -> None:
-    """Tell `status` what the daemon is doing (written atomically)."""
-    path = ctx.env.daemon_status_path
+    """Tell `status` what the daemon is doing (written atomically, where it can be)."""
     data = {"pid": os.getpid(), "phase": phase, "message": message}
-    with contextlib.suppress(OSError):  # a status note must never stop the server
-        write_atomically(path, json.dumps(data, indent=2) + "\n")
+    for path in ctx.env.daemon_status_paths:
+        with contextlib.suppress(OSError):  # a status note must never stop the server
+            write_atomically(path, json.dumps(data, indent=2) + "\n")
+            return
+
+
+class StateUnusable(DaemonError):
+    """$SNAP_DATA is missing or cannot be written: a restart would fail the same way."""
+
+
+def check_state_dir(path: Path) -> None:
+    """The daemon records its settings and notes in ``path`` ($SNAP_DATA): it must be a
+    writable directory. Written to, not asked: root passes every permission check."""
+    probe = path / f".daemon-check-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        why = {errno.ENOENT: "missing", errno.ENOTDIR: "not a directory"}.get(
+            exc.errno or 0, exc.strerror or str(exc)
+        )
+        raise StateUnusable(
+            f"the snap's data directory {path} cannot be used ({why}); the server does not start",
+            details="the server records its settings and its state there ($SNAP_DATA)",
+            resolution="make it a writable directory again (reinstalling the snap recreates it), "
+            "then `snapctl start` the service",
+        ) from None
 
 
 def _wait_limit() -> float:
@@ -169,20 +194,22 @@ class ModelUnloadable(DaemonError):
 def run() -> None:
     """Start the server for the recorded decision with the configured settings.
 
-    A model that cannot load (not a model file, or the runtime refuses it) ends the daemon
-    with exit status 0 after logging the cause: snapd's ``restart-condition: on-failure`` then
-    leaves it stopped, where a failure status would restart it into the same error until
-    systemd's start limit. ``status`` shows the cause (phase ``failed``).
+    A model that cannot load (not a model file, or the runtime refuses it) or a $SNAP_DATA that
+    is missing or read-only ends the daemon with exit status 0 after logging the cause: snapd's
+    ``restart-condition: on-failure`` then leaves it stopped, where a failure status would
+    restart it into the same error until systemd's start limit. ``status`` shows the cause
+    (phase ``failed``; noted in $SNAP_COMMON when $SNAP_DATA cannot take it).
     """
     from runtimes.engine import RuntimeFailure
 
     ctx = Context.load()
     try:
+        check_state_dir(ctx.env.data)
         _run(ctx)
-    except (ModelUnloadable, RuntimeFailure) as err:
+    except (ModelUnloadable, RuntimeFailure, StateUnusable) as err:
         note(ctx, "failed", err.brief)
         err.report()
-        log("not restarting: the model cannot load, and would not on a restart either")
+        log("not restarting: a restart would fail the same way")
         raise SystemExit(0) from None
     except SnapbuildError as err:
         note(ctx, "failed", err.brief)

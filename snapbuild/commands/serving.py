@@ -191,11 +191,17 @@ def fetch_cmd(model: str, engine: str | None, record: bool, as_json: bool) -> No
             results = [*results, *fetch(manifest, projector, progress=progress, command=command)]
         lines = []
     if as_json:
-        data["files"] = [{"path": str(r.path), "action": r.action} for r in results]
+        data["files"] = [
+            {"path": str(r.path), "action": r.action, **({"note": r.note} if r.note else {})}
+            for r in results
+        ]
         click.echo(json.dumps(data, indent=2))
         return
     for line in lines + [f"{r.action}: {r.path}" for r in results]:
         click.echo(line)
+    for result in results:
+        if result.note:
+            click.echo(f"note: {result.path.name}: {result.note}", err=True)
 
 
 def _probe() -> HostProfile:

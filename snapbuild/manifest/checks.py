@@ -41,9 +41,9 @@ class Finding:
         return {"level": self.level, "field": self.field, "message": self.message, "fix": self.fix}
 
 
-def check_manifest(manifest: Manifest) -> list[Finding]:
+def check_manifest(manifest: Manifest, *, deep: bool = False) -> list[Finding]:
     """Every finding for ``manifest``: its licence, its chat template, then each artifact found
-    locally."""
+    locally (``deep``: every file hashed, cached ones too, whatever their stamps say)."""
     out = _license(manifest)
     if manifest.model.chat_template:
         out += template_findings(
@@ -52,7 +52,7 @@ def check_manifest(manifest: Manifest) -> list[Finding]:
             "model.chat-template",
         )
     for index, artifact in enumerate(manifest.artifacts):
-        out += _artifact(manifest, index, artifact)
+        out += _artifact(manifest, index, artifact, deep)
     return out
 
 
@@ -90,23 +90,29 @@ def _license(manifest: Manifest) -> list[Finding]:
     ]
 
 
-def present_file(manifest: Manifest, artifact: Artifact, file: ArtifactFile) -> tuple[Path, bool]:
-    """Where the file is on this machine and whether it is a ``local:`` copy (never verified by
-    ``fetch``); raises nothing: a missing file is ``(Path(), False)``."""
+def present_file(
+    manifest: Manifest, artifact: Artifact, file: ArtifactFile, *, deep: bool = False
+) -> tuple[Path, bool]:
+    """Where the file is on this machine and whether to hash it: a ``local:`` copy (never
+    verified by ``fetch``), a cached one whose stamp no longer holds, any with ``deep``; raises
+    nothing: a missing file is ``(Path(), False)``."""
     from snapbuild.fetch.artifacts import artifact_dir, local_file
+    from snapbuild.fetch.verified import stamp_holds
 
     if file.local is not None and (found := local_file(file.local)) is not None:
         return found, True
     cached = artifact_dir(manifest, artifact) / file.path
-    return (cached, False) if cached.is_file() else (Path(), False)
+    if not cached.is_file():
+        return Path(), False
+    return cached, deep or not stamp_holds(cached, file.sha256)
 
 
-def _artifact(manifest: Manifest, index: int, artifact: Artifact) -> list[Finding]:
+def _artifact(manifest: Manifest, index: int, artifact: Artifact, deep: bool) -> list[Finding]:
     out: list[Finding] = []
     where = f"artifacts[{index}]"
     paths: dict[str, Path] = {}
     for j, file in enumerate(artifact.files):
-        path, is_local = present_file(manifest, artifact, file)
+        path, hash_it = present_file(manifest, artifact, file, deep=deep)
         field = f"{where}.files[{j}]"
         if path == Path():
             if file.url is None and file.local is not None:
@@ -120,7 +126,7 @@ def _artifact(manifest: Manifest, index: int, artifact: Artifact) -> list[Findin
                 )
             continue
         paths[file.path] = path
-        out += _file(field, file, path, hash_it=is_local)
+        out += _file(field, file, path, hash_it=hash_it)
     if any(f.level == "error" for f in out) or len(paths) != len(artifact.files):
         return out  # facts are read from complete, correct files only
     if artifact.role == "projector":
@@ -211,7 +217,7 @@ def _file(field: str, file: ArtifactFile, path: Path, *, hash_it: bool) -> list[
                     "error",
                     f"{field}.sha256",
                     f"the manifest says {file.sha256}; {path} has sha256 {digest}",
-                    f"set sha256: {digest} if this file is the one to ship, else replace it",
+                    _sha256_fix(path, digest),
                 )
             ]
     if path.suffix == ".gguf" and not is_gguf(path):
@@ -226,6 +232,36 @@ def _file(field: str, file: ArtifactFile, path: Path, *, hash_it: bool) -> list[
             )
         ]
     return []
+
+
+def _valid_fact(model: dict[str, Any], name: str, value: Any) -> bool:
+    """Whether the manifest would accept ``value`` for ``name``: a fix is only suggested when
+    following it gives a valid manifest."""
+    from pydantic import ValidationError
+
+    from snapbuild.manifest.model import ModelFacts
+
+    try:
+        ModelFacts.model_validate({**model, name: value})
+    except ValidationError:
+        return False
+    return True
+
+
+def _no_fix(key: str, value: Any) -> str:
+    return (
+        f"the file's {value!r} is not a valid {key}: the file's metadata is wrong; keep the "
+        "manifest's value if it is right, or convert the model again"
+    )
+
+
+def _sha256_fix(path: Path, digest: str) -> str:
+    """A cached download that changed is downloaded again; a local file is the packager's."""
+    from snapbuild.paths import cache_dir
+
+    if path.resolve().is_relative_to(cache_dir().resolve()):
+        return "the cached copy is damaged: `snapbuild fetch` downloads it again"
+    return f"set sha256: {digest} if this file is the one to ship, else replace it"
 
 
 def _facts(artifact: Artifact, paths: dict[str, Path], template: str | None) -> FileFacts | None:
@@ -273,15 +309,12 @@ def _compare(manifest: Manifest, where: str, artifact: Artifact, facts: FileFact
         key = f"model.{name.replace('_', '-')}"
         said = model.get(name)
         source = f"{facts.path.name} says {value!r} ({facts.sources.get(name, 'its metadata')})"
+        fix = f"set {key}: {value}" if _valid_fact(model, name, value) else _no_fix(key, value)
         if said is None:
             if name != "architecture":
-                out.append(Finding("warning", key, f"not given; {source}", f"add {key}: {value}"))
+                out.append(Finding("warning", key, f"not given; {source}", fix))
         elif said != value and not (name == "architecture" and value == "unknown"):
-            out.append(
-                Finding(
-                    "error", key, f"the manifest says {said!r}; {source}", f"set {key}: {value}"
-                )
-            )
+            out.append(Finding("error", key, f"the manifest says {said!r}; {source}", fix))
     if facts.quantization and facts.quantization.casefold() != artifact.quantization.casefold():
         out.append(
             Finding(

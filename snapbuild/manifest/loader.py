@@ -34,6 +34,7 @@ __all__ = [
     "Problem",
     "field_name",
     "load_manifest",
+    "load_manifest_as",
     "manifest_schema",
     "manifest_to_data",
     "manifest_to_yaml",
@@ -138,6 +139,12 @@ def load_manifest(name_or_path: str | Path) -> Manifest:
     """Load and validate one manifest; raise :class:`ManifestError` listing every problem."""
     path = resolve(str(name_or_path))
     return _load(path, str(path))
+
+
+def load_manifest_as(path: Path, shown: str) -> Manifest:
+    """:func:`load_manifest` of ``path``, its problems named as ``shown``'s (a file about to
+    become ``shown``: ``new`` checks what it wrote before it takes the final name)."""
+    return _load(path, shown)
 
 
 def _load(path: Path, shown: str) -> Manifest:

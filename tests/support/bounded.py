@@ -28,14 +28,19 @@ TIMEOUT_S = 60.0
 ROOT = Path(__file__).resolve().parent.parent.parent
 SNAPBUILD = [sys.executable, "-c", "from snapbuild.cli import main; main()"]
 
-# argv: memory cap, report file, command...; forks, caps the child, reports its wait4 figures
+# argv: memory cap, file size cap (0: none), report file, command...; forks, caps the child,
+# reports its wait4 figures. A file size cap makes writes past it fail with EFBIG (SIGXFSZ is
+# ignored): how a test fills "the disk" without filling a disk.
 WRAPPER = """
-import json, os, resource, sys
-memory, report, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+import json, os, resource, signal, sys
+memory, fsize, report, argv = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 pid = os.fork()
 if pid == 0:
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if fsize:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
     os.execvp(argv[0], argv)
 _, status, usage = os.wait4(pid, 0)
 with open(report, "w") as fh:
@@ -70,14 +75,16 @@ def run_bounded(
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
     stdin: str = "",
+    file_size: int = 0,
 ) -> Bounded:
-    """Run ``argv`` capped at ``memory`` bytes of address space and ``timeout`` seconds."""
+    """Run ``argv`` capped at ``memory`` bytes of address space and ``timeout`` seconds (and,
+    when given, ``file_size`` bytes per file written)."""
     environ = {**os.environ, "PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1", **(env or {})}
     with tempfile.TemporaryDirectory() as tmp:
         files = [Path(tmp) / name for name in ("stdin", "stdout", "stderr")]
         files[0].write_text(stdin)
         report = Path(tmp) / "report.json"
-        command = [sys.executable, "-c", WRAPPER, str(memory), str(report), *argv]
+        command = [sys.executable, "-c", WRAPPER, str(memory), str(file_size), str(report), *argv]
         started = time.monotonic()
         pid = _spawn(command, files, environ, cwd)
         status, timed_out = _wait(pid, started + timeout)
