@@ -28,6 +28,7 @@ from snapcommon.errors import EXIT_NO_ENGINE, SnapbuildError
 from snapcommon.files import write_atomically
 from snaps import artifacts, config
 from snaps.manager import Context, components_for, engine_components, probe_host, select
+from snaps.verify import CorruptArtifact
 
 REEXEC_MARK = "SNAPBUILD_DAEMON_REEXEC"
 # How long to wait for snapd to install the engine's components (test override, in seconds).
@@ -194,11 +195,11 @@ class ModelUnloadable(DaemonError):
 def run() -> None:
     """Start the server for the recorded decision with the configured settings.
 
-    A model that cannot load (not a model file, or the runtime refuses it) or a $SNAP_DATA that
-    is missing or read-only ends the daemon with exit status 0 after logging the cause: snapd's
-    ``restart-condition: on-failure`` then leaves it stopped, where a failure status would
-    restart it into the same error until systemd's start limit. ``status`` shows the cause
-    (phase ``failed``; noted in $SNAP_COMMON when $SNAP_DATA cannot take it).
+    A model that cannot load (not a model file, damaged weights, or the runtime refuses it) or
+    a $SNAP_DATA that is missing or read-only ends the daemon with exit status 0 after logging
+    the cause: snapd's ``restart-condition: on-failure`` then leaves it stopped, where a failure
+    status would restart it into the same error until systemd's start limit. ``status`` shows
+    the cause (phase ``failed``; noted in $SNAP_COMMON when $SNAP_DATA cannot take it).
     """
     from runtimes.engine import RuntimeFailure
 
@@ -206,7 +207,7 @@ def run() -> None:
     try:
         check_state_dir(ctx.env.data)
         _run(ctx)
-    except (ModelUnloadable, RuntimeFailure, StateUnusable) as err:
+    except (ModelUnloadable, RuntimeFailure, StateUnusable, CorruptArtifact) as err:
         note(ctx, "failed", err.brief)
         err.report()
         log("not restarting: a restart would fail the same way")

