@@ -101,6 +101,10 @@ class _BoundedComposer(Composer):
 
     nesting = 0
 
+    def __init__(self, loader: Any = None) -> None:
+        super().__init__(loader)
+        self.warn_double_anchors = False  # a Python warning on stderr is no message for people
+
     def compose_node(self, parent: Any, index: Any) -> Any:
         self.nesting += 1
         try:
