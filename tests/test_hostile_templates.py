@@ -87,3 +87,18 @@ def test_a_template_that_raises_for_the_samples_is_a_warning() -> None:
     problem = check_template("{{ raise_exception('roles must alternate') }}")
     assert problem is not None and problem.level == "warning"
     assert "roles must alternate" in problem.message
+
+
+def test_serve_refuses_a_template_it_cannot_run_safely(tmp_path: Path) -> None:
+    """`snapbuild serve` checks the template llama-server would run before starting it (it
+    took llama-server to 19 GB within a minute)."""
+    good, bad = tmp_path / "model.gguf", tmp_path / "bad.gguf"
+    good.write_bytes(hostile.model_gguf())
+    bad.write_bytes(hostile.model_gguf(template=hostile.HOSTILE_TEMPLATES["doubling"][0]))
+    manifest = tmp_path / "m.yaml"
+    assert snapbuild("new", str(good), "-o", str(manifest)).returncode == 0
+    hostile.swap_file(manifest, good, bad)
+    result = snapbuild("serve", str(manifest), "--engine", "cpu", "--port", "auto")
+    _bounded(result, "serve with a doubling template")
+    assert result.returncode == 2, result.stderr
+    assert "(tokenizer.chat_template) cannot be served safely" in result.stderr

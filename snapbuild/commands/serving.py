@@ -91,6 +91,7 @@ def serve_cmd(
     import hwprobe
     from runtimes.gateway.server import run
     from snapbuild.fetch.artifacts import locate
+    from snapbuild.manifest.checks import require_safe_template
     from snapbuild.manifest.loader import load_manifest
     from snapbuild.serving.launch import serve_options
 
@@ -112,6 +113,7 @@ def serve_cmd(
                 resolution=f"download it with: snapbuild fetch {model} --engine {chosen.name}",
             )
         found.append(path)
+    require_safe_template(found[0], manifest.model.chat_template)
 
     def listening(bound_host: str, bound_port: int) -> None:
         click.echo(

@@ -165,6 +165,26 @@ def template_findings(template: str, name: str, field: str) -> list[Finding]:
     return [Finding(problem.level, field, problem.describe(name), fix)]
 
 
+def require_safe_template(path: Path, supplied: str | None) -> None:
+    """Before serving ``path`` (a GGUF; anything else passes): the template llama-server will
+    run must render in the sandbox, else a :class:`UsageError` naming it."""
+    from runtimes.chat_templates import template_for_file
+
+    choice = template_for_file(path, supplied)
+    if choice is None or choice.template is None or choice.source == "family":
+        return
+    name = (
+        "the manifest's model.chat-template"
+        if choice.source == "manifest"
+        else (f"the chat template of {path.name} (tokenizer.chat_template)")
+    )
+    for finding in template_findings(choice.template, name, "model.chat-template"):
+        if finding.level == "error":
+            raise UsageError(
+                f"{name} cannot be served safely", details=finding.message, resolution=finding.fix
+            )
+
+
 def gguf_template_findings(facts: FileFacts, field: str) -> list[Finding]:
     """:func:`template_findings` for the GGUF's own template, when it is the one in use."""
     choice = facts.template
