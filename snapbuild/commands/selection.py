@@ -210,7 +210,7 @@ def why_not_lines(decision: Decision, cand: Candidate) -> list[str]:
 @click.option(
     "--ctx",
     "context",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=(1 << 31) - 1),  # llama.cpp counts tokens in 32 bits
     default=4096,
     show_default=True,
     help="Context size in tokens.",

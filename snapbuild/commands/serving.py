@@ -64,7 +64,12 @@ def _choose_engine(
     help="Port, or 'auto' for the next free one (default: the manifest's default port).",
 )
 @click.option("--context-size", type=click.IntRange(min=16), default=None, help="Context tokens.")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads.")
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1, max=512),  # ggml's GGML_MAX_N_THREADS
+    default=None,
+    help="CPU threads.",
+)
 @click.option(
     "--slots",
     type=click.IntRange(min=1, max=256),

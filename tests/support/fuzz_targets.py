@@ -56,7 +56,9 @@ class Run:
         from snapcommon.errors import UsageError
 
         self.tried += 1
-        signal.setitimer(signal.ITIMER_REAL, HANG_S)  # a loop without end is a crash too
+        # a loop without end is a crash too; re-armed every 0.5 s in case one lands where it is
+        # swallowed (a gc callback)
+        signal.setitimer(signal.ITIMER_REAL, HANG_S, 0.5)
         try:
             call(data)
         except UsageError:
