@@ -1,7 +1,7 @@
 """A bounded fuzz run of the GGUF reader and the manifest loader with hypothesis: byte edits of
 a sound GGUF and headers whose counts lie; line edits of a real manifest with YAML's specials
 (anchors, aliases, flow brackets, tags, control characters). Every input must end in a value or
-a user error (never another exception, and never past 2 s: a loop is a crash too); the run is a
+a user error (never another exception, and never past 5 s: a loop is a crash too); the run is a
 bounded child (memory cap, deadline). ``SNAPBUILD_FUZZ_EXAMPLES`` (default 300 per target) and
 ``SNAPBUILD_FUZZ_SEED`` (default 0) size and vary it; the figures are printed (``pytest -s``)."""
 

@@ -70,3 +70,14 @@ def test_shared_values_within_the_limit_still_load() -> None:
     yaml_rt.load(hostile.deep_flow(yaml_rt.LIMITS.depth - 1))
     with pytest.raises(yaml_rt.YamlLimitError, match="deeper than 64"):
         yaml_rt.load(hostile.deep_flow(yaml_rt.LIMITS.depth))
+
+
+def test_a_list_or_mapping_as_a_key_is_a_yaml_error(tmp_path: Path) -> None:
+    """Found by the fuzz run (tests/test_fuzz.py): ``? artifacts:`` makes a mapping a key, which
+    the round-trip loader could not hash (a TypeError, exit 70)."""
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text("name: x\n? [a, b]\n: c\n? artifacts:\n  - 1\n")
+    result = snapbuild("validate", str(manifest))
+    _bounded(result, "validate complex keys")
+    assert result.returncode == 2
+    assert "a key must be plain text or a number, not a list or a mapping" in result.stderr

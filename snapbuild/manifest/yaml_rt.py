@@ -20,7 +20,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.composer import Composer, ComposerError
-from ruamel.yaml.constructor import RoundTripConstructor
+from ruamel.yaml.constructor import ConstructorError, RoundTripConstructor
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, SequenceNode
 from ruamel.yaml.resolver import VersionedResolver
@@ -140,6 +140,13 @@ class _KeepFirst(RoundTripConstructor):
     def check_mapping_key(
         self, node: Any, key_node: Any, mapping: Any, key: Any, value: Any
     ) -> bool:
+        if isinstance(key_node, MappingNode | SequenceNode):  # `? [a, b]: x`: no file of ours
+            raise ConstructorError(
+                None,
+                None,
+                "a key must be plain text or a number, not a list or a mapping",
+                key_node.start_mark,
+            )
         if key in mapping:
             self.duplicates.append((mapping, str(key), int(key_node.start_mark.line) + 1))
             return False

@@ -10,6 +10,7 @@ JSON object: the target, the inputs tried, the seconds, the crashes.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import struct
 import sys
@@ -51,6 +52,7 @@ class Run:
     def __init__(self) -> None:
         self.tried = 0
         self.crashes: dict[str, bytes | str] = {}
+        self.counts: dict[str, int] = {}
 
     def attempt(self, call: Any, data: bytes | str) -> None:
         from snapcommon.errors import UsageError
@@ -67,6 +69,7 @@ class Run:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             key = f"{type(exc).__name__}: {str(exc)[:120]}"
+            self.counts[key] = self.counts.get(key, 0) + 1
             if key not in self.crashes or len(data) < len(self.crashes[key]):
                 self.crashes[key] = data
         finally:
@@ -81,7 +84,7 @@ def _hang(signum: int, frame: Any) -> None:
     raise Hang(f"still running after {HANG_S} s")
 
 
-HANG_S = 2.0
+HANG_S = 5.0  # ruamel scans 1,024 characters of "[[[[" quadratically: ~1 s, bounded
 signal.signal(signal.SIGALRM, _hang)
 
 
@@ -239,6 +242,28 @@ YAML_BITS = st.sampled_from(
 )
 
 
+def _aliases(levels: int, fanout: int) -> str:
+    """Anchors that each repeat the previous one ``fanout`` times: fanout^levels nodes."""
+    lines = ["x-a0: &a0 [lol]"]
+    for i in range(1, levels + 1):
+        lines.append(f"x-a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * fanout) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def _nested(depth: int, flow: bool) -> str:
+    if flow:
+        return "x-deep: " + "[" * depth + "]" * depth + "\n"
+    return "".join("  " * i + f"x{i}:\n" for i in range(depth)) + "  " * depth + "v: 1\n"
+
+
+# structures a line edit never reaches: alias chains and deep nesting, appended as a key
+BOMBS = st.one_of(
+    st.just(""),
+    st.builds(_aliases, st.integers(1, 12), st.integers(1, 12)),
+    st.builds(_nested, st.integers(1, 3000), st.booleans()),
+)
+
+
 def fuzz_manifest(examples: int, run: Run) -> None:
     lines = MANIFEST.splitlines(keepends=True)
 
@@ -254,9 +279,10 @@ def fuzz_manifest(examples: int, run: Run) -> None:
         st.lists(st.tuples(st.integers(0, len(lines)), st.integers(0, 200), YAML_BITS), max_size=6),
         st.lists(st.integers(0, len(lines)), max_size=3),
         st.text(max_size=40),
+        BOMBS,
     )
-    def body(inserts: list[tuple[int, int, str]], drops: list[int], noise: str) -> None:
-        edited = list(lines)
+    def body(inserts: list[tuple[int, int, str]], drops: list[int], noise: str, bomb: str) -> None:
+        edited = list(lines) + [bomb]
         for index in sorted(set(drops), reverse=True):
             if index < len(edited):
                 del edited[index]
@@ -278,7 +304,15 @@ def main() -> None:
     run = Run()
     started = time.monotonic()
     TARGETS[target](examples, run)
-    crashes = {key: repr(data[:300]) for key, data in run.crashes.items()}
+    crashes = {
+        key: {"inputs": run.counts[key], "smallest": repr(data[:300])}
+        for key, data in run.crashes.items()
+    }
+    keep = os.environ.get("SNAPBUILD_FUZZ_KEEP")  # a directory: each crash's smallest input
+    for index, data in enumerate(run.crashes.values()):
+        if keep:
+            raw = data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")
+            (Path(keep) / f"{target}-{index}").write_bytes(raw)
     print(
         json.dumps(
             {
