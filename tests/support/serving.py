@@ -83,10 +83,13 @@ def app_in_thread(app: Any, **config: Any) -> Iterator[str]:
 
 @contextlib.contextmanager
 def snapbuild_serve(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 90.0
+    *args: str, env: dict[str, str] | None = None, timeout: float = 90.0, memory: int = 0
 ) -> Iterator[str]:
-    """Run ``snapbuild serve ARGS --port auto`` as a subprocess; yield its base URL."""
+    """Run ``snapbuild serve ARGS --port auto`` as a subprocess; yield its base URL.
+    ``memory``: an address-space cap (bytes) for it and its llama-server (util-linux prlimit)."""
     command = [sys.executable, "-c", "from snapbuild.cli import main; main()", "serve", *args]
+    if memory:
+        command = ["prlimit", f"--as={memory}", "--", *command]
     proc = subprocess.Popen(
         command,
         stdout=subprocess.DEVNULL,
