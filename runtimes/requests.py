@@ -18,6 +18,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 MAX_EMBEDDING_INPUTS = 2048  # texts in one embeddings request (the gateway refuses more)
+# Every count is a 32-bit integer in llama.cpp (and OpenAI refuses larger ones): a bigger value
+# would wrap (4294967301 tokens became 5), so it is a 422 naming the field.
+INT32_MAX = (1 << 31) - 1
+Tokens = Annotated[int, Field(ge=1, le=INT32_MAX)]
 
 
 class _Request(BaseModel):
@@ -96,7 +100,9 @@ class _Sampling(_Request):
     model: str = Field(description="The model id: the snap's name (see GET /v1/models).")
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
-    top_k: int | None = Field(default=None, ge=0, description="Extension: top-k sampling.")
+    top_k: int | None = Field(
+        default=None, ge=0, le=INT32_MAX, description="Extension: top-k sampling."
+    )
     seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
     stop: str | Annotated[list[str], Field(max_length=16)] | None = Field(
         default=None, description="Up to 16 stop strings, of any length; never in the output."
@@ -180,8 +186,8 @@ class ChatCompletionRequest(_Sampling):
     """POST /v1/chat/completions."""
 
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: Tokens | None = None
+    max_completion_tokens: Tokens | None = None
     response_format: ResponseFormat | None = None
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
@@ -194,7 +200,7 @@ class CompletionRequest(_Sampling):
     """POST /v1/completions (one prompt per request)."""
 
     prompt: str | list[str] = Field(description="One prompt (a list must hold exactly one).")
-    max_tokens: int | None = Field(default=16, ge=1)
+    max_tokens: Tokens | None = 16
     logprobs: int | None = Field(default=None, ge=0, le=5)
     echo: bool = False
 

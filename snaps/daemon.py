@@ -15,6 +15,7 @@ then serves, and publishes where (:mod:`snaps.discovery`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import sys
@@ -60,11 +61,35 @@ def log(message: str) -> None:
 
 
 def note(ctx: Context, phase: str, message: str) -> None:
-    """Tell `status` what the daemon is doing (written atomically)."""
-    path = ctx.env.daemon_status_path
+    """Tell `status` what the daemon is doing (written atomically, where it can be)."""
     data = {"pid": os.getpid(), "phase": phase, "message": message}
-    with contextlib.suppress(OSError):  # a status note must never stop the server
-        write_atomically(path, json.dumps(data, indent=2) + "\n")
+    for path in ctx.env.daemon_status_paths:
+        with contextlib.suppress(OSError):  # a status note must never stop the server
+            write_atomically(path, json.dumps(data, indent=2) + "\n")
+            return
+
+
+class StateUnusable(DaemonError):
+    """$SNAP_DATA is missing or cannot be written: a restart would fail the same way."""
+
+
+def check_state_dir(path: Path) -> None:
+    """The daemon records its settings and notes in ``path`` ($SNAP_DATA): it must be a
+    writable directory. Written to, not asked: root passes every permission check."""
+    probe = path / f".daemon-check-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        why = {errno.ENOENT: "missing", errno.ENOTDIR: "not a directory"}.get(
+            exc.errno or 0, exc.strerror or str(exc)
+        )
+        raise StateUnusable(
+            f"the snap's data directory {path} cannot be used ({why}); the server does not start",
+            details="the server records its settings and its state there ($SNAP_DATA)",
+            resolution="make it a writable directory again (reinstalling the snap recreates it), "
+            "then `snapctl start` the service",
+        ) from None
 
 
 def _wait_limit() -> float:
@@ -191,15 +216,24 @@ def run() -> None:
     do not load, the components never came), the daemon keeps running and answers on the port
     why and what to do (:func:`snaps.fallback.serve_outage`); snapd restarts it when the
     operator changes the engine or the settings. Only a port it cannot have ends it.
+    A $SNAP_DATA that is missing or read-only is the exception: the daemon could record
+    nothing, so it logs why and ends with exit status 0 (snapd's ``restart-condition:
+    on-failure`` then leaves it stopped; the note goes to $SNAP_COMMON).
     """
     from runtimes.gateway.server import PortInUseError
 
     ctx = Context.load()
     try:
+        check_state_dir(ctx.env.data)
         _run(ctx)
     except PortInUseError as err:
         note(ctx, "failed", err.brief)
         raise
+    except StateUnusable as err:
+        note(ctx, "failed", err.brief)
+        err.report()
+        log("not restarting: a restart would fail the same way")
+        raise SystemExit(0) from None
     except SnapbuildError as err:
         outage = outage_of(ctx, err)
         note(ctx, "unavailable", f"{outage.reason}: {err.brief}")

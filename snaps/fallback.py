@@ -26,6 +26,7 @@ from snapcommon.errors import EXIT_NO_ENGINE, SnapbuildError
 from snaps import discovery
 from snaps.artifacts import ArtifactError
 from snaps.manager import Context, engine_blockers
+from snaps.verify import CorruptArtifact
 
 
 class Unservable(SnapbuildError):
@@ -89,7 +90,7 @@ def outage_of(ctx: Context, err: SnapbuildError) -> Outage:
     reason: Reason = "failed"
     if isinstance(err, Unservable):
         reason = err.reason
-    elif isinstance(err, RuntimeFailure | ArtifactError):
+    elif isinstance(err, RuntimeFailure | ArtifactError | CorruptArtifact):
         reason = "load-failed"
     detail = err.brief + (f" ({err.details.strip()})" if err.details else "")
     fix = err.resolution or f"Run `{ctx.env.name} status` for what happened."

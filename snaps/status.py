@@ -8,6 +8,7 @@ forms never disagree.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from snapbuild.selection.decision import Decision, Serving
@@ -106,10 +107,8 @@ def _serving(ctx: Context, decision: Decision | None, context: int) -> dict[str,
 def daemon_note(ctx: Context, active: bool) -> dict[str, str] | None:
     """What the server is busy with (waiting for components, preparing, loading) or why it
     failed; None while it serves or when it is simply stopped."""
-    path = ctx.env.daemon_status_path
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    data = _newest_note(ctx.env.daemon_status_paths)
+    if data is None:
         return None
     phase = str(data.get("phase"))
     if phase == "serving" or not (active or phase == "failed"):
@@ -126,6 +125,18 @@ def capability_lines(document: dict[str, Any], path: str) -> list[str]:
     ]
     lines = [f"capabilities: {', '.join(verdicts)}"] if verdicts else []
     return [*lines, f"discovery:    {path} (Unix socket {document.get('socket')})"]
+
+
+def _newest_note(paths: tuple[Path, ...]) -> dict[str, Any] | None:
+    """The daemon's latest note: it writes $SNAP_DATA's, or $SNAP_COMMON's when it cannot."""
+    found: list[tuple[int, dict[str, Any]]] = []
+    for path in paths:
+        try:
+            found.append((path.stat().st_mtime_ns, json.loads(path.read_text(encoding="utf-8"))))
+        except (OSError, ValueError):
+            continue
+    notes = [(when, data) for when, data in found if isinstance(data, dict)]
+    return max(notes, key=lambda pair: pair[0])[1] if notes else None
 
 
 def status_text(data: dict[str, Any]) -> str:

@@ -178,7 +178,8 @@ def test_status_and_engines(tried: tuple[Trial, str, int]) -> None:
     text = trial.run("status").stdout.splitlines()
     assert text[6].startswith(
         "serving:      8 parallel slots x 4096 tokens, f16 KV cache, flash attention on, "
-        "prompt-cache reuse from 256 tokens (8 slots, the device's preferred number, fit in f16"
+        "prompt-cache reuse from 256 tokens, 90 MiB prompt cache (8 slots, the device's "
+        "preferred number, fit in f16"
     )
     del text[6]
     assert text == [

@@ -1,5 +1,5 @@
 """Response bodies of the OpenAI-compatible API, as pydantic models (requests are in
-:mod:`runtimes.gateway.schemas`).
+:mod:`runtimes.requests`).
 
 The routes declare them as their response models, so FastAPI's OpenAPI document describes what
 is really sent; the tests check what is sent against OpenAI's own published schemas.

@@ -27,6 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from runtimes import requests as s
 from runtimes.engine import Call, Engine, JsonObject, Modality, Status
 from runtimes.gateway import answers as a
+from runtimes.gateway.budget import PromptBudget
 from runtimes.gateway.errors import ApiError
 from runtimes.gateway.images import ImagePolicy, check_request, image_parts
 from runtimes.gateway.metrics import Metrics
@@ -56,6 +57,7 @@ class ServerState:
     max_choices: int | None = None
     images: ImagePolicy = field(default_factory=ImagePolicy)
     option: str | None = None  # a snap with model options: the one that serves
+    budget: PromptBudget | None = None  # the prompt's lower bound, checked before forwarding
     status: Status = "loading"
     detail: str | None = None
     load_error: BaseException | None = None
@@ -239,6 +241,8 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
         """Chat with the model; ``stream: true`` answers server-sent events ending in [DONE]."""
         _check_ready(state, body.model, "chat")
         _check_choices(state, body.n)
+        if state.budget is not None:
+            state.budget.check_chat(body)
         payload = await request.json()
         _check_proven(state, body, payload)
         body, payload = await _checked_images(state, body, payload)
@@ -257,6 +261,8 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
             raise ApiError(400, "give exactly one prompt per request", param="prompt")
         if not body.prompt or not (body.prompt if isinstance(body.prompt, str) else body.prompt[0]):
             raise ApiError(400, "the prompt is empty; give some text", param="prompt")
+        if state.budget is not None:
+            state.budget.check_completion(body)
         return await state.engine.completions(body, _call(await request.json(), request))
 
     @app.post("/v1/embeddings", response_model=a.EmbeddingList, responses=ERRORS)

@@ -43,12 +43,15 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from runtimes.declared import Capability
 from runtimes.engine import Engine, LoadOptions
+from runtimes.gateway.budget import PromptBudget, gguf_budget
 from runtimes.gateway.errors import ApiError
 from runtimes.gateway.images import ImagePolicy
 from runtimes.gateway.lifecycle import Readiness, Startup, start
 from runtimes.gateway.metrics import Metrics
 from runtimes.gateway.middleware import BodyLimit, CountRequests
 from runtimes.gateway.outage import Advice, Outage, UnavailableEngine
+from runtimes.gateway.protocol import LIMITS as CONNECTION_LIMITS
+from runtimes.gateway.protocol import ConnectionLimits, http_protocol
 from runtimes.gateway.routes import ServerState, install_error_handlers, install_routes
 from runtimes.inprocess.adapter import RuntimeAdapter, adapter_class
 from runtimes.inprocess.engine import LocalEngine
@@ -122,6 +125,8 @@ def create_app(
     loaded: bool = False,
     startup: Startup | None = None,
     option: str | None = None,
+    budget: PromptBudget | None = None,
+    connection: ConnectionLimits = CONNECTION_LIMITS,
 ) -> FastAPI:
     """Build the app around ``engine`` (an in-process adapter is wrapped in a
     :class:`LocalEngine`); it starts (loads, warms up) in the background at startup and answers
@@ -145,6 +150,7 @@ def create_app(
         max_choices=max_choices,
         images=images or ImagePolicy(),
         option=option,
+        budget=budget,
     )
     startup = startup or Startup(on_load_error=on_load_error)
     state.advice = startup.advice
@@ -165,7 +171,7 @@ def create_app(
     app.state.snapbuild = state
     install_error_handlers(app)
     install_routes(app, state)
-    app.add_middleware(BodyLimit, limit=max_body_bytes)  # type: ignore[arg-type]
+    app.add_middleware(BodyLimit, limit=max_body_bytes, seconds=connection.body_s)  # type: ignore[arg-type]
     app.add_middleware(CountRequests, metrics=metrics)  # type: ignore[arg-type]
     origins = list(cors_origins or [])
     app.add_middleware(
@@ -268,6 +274,7 @@ def run(
         advice=options.advice,
         on_ready=on_ready,
     )
+    budget = gguf_budget(load.artifact, load.context_size)  # None: not a GGUF
     app = create_app(
         chosen,
         model_id=options.model_id,
@@ -278,6 +285,7 @@ def run(
         metrics=metrics,
         images=options.images,
         startup=startup,
+        budget=budget,
         option=options.option,
     )
     _serve(app, sockets, options.log_level, on_listening)
@@ -354,7 +362,9 @@ def _serve(
     """Run uvicorn on the bound sockets until interrupted; close (and remove) them after."""
     import uvicorn
 
-    config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=3)
+    config = uvicorn.Config(
+        app, log_level=log_level, timeout_graceful_shutdown=3, http=http_protocol()
+    )
     server = uvicorn.Server(config)
     if on_listening is not None:
         host, port = sockets[0].getsockname()[:2]

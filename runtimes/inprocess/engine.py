@@ -24,7 +24,8 @@ from fastapi import Response
 
 from runtimes import requests as s
 from runtimes.engine import Call, JsonObject, Modality, Status
-from runtimes.gateway.errors import ApiError, unsupported
+from runtimes.gateway.budget import context_exceeded
+from runtimes.gateway.errors import unsupported
 from runtimes.gateway.metrics import Metrics
 from runtimes.gateway.sse import HEAD_GRACE_S, streaming
 from runtimes.inprocess.adapter import Delta, Message, RuntimeAdapter, SamplingParams
@@ -171,19 +172,7 @@ class LocalEngine:
         limit = self.context_size
         wanted = prompt_tokens + (params.max_tokens or 0)
         if prompt_tokens >= limit or wanted > limit:
-            asked = (
-                f"{wanted} tokens ({prompt_tokens} in the {param}, {params.max_tokens} for the "
-                "completion)"
-                if params.max_tokens
-                else f"{prompt_tokens} tokens in the {param}"
-            )
-            raise ApiError(
-                400,
-                f"This model's maximum context length is {limit} tokens. However, you requested "
-                f"{asked}. Please reduce the length of the {param} or max_tokens.",
-                param=param,
-                code="context_length_exceeded",
-            )
+            raise context_exceeded(limit, prompt_tokens, params.max_tokens, param)
 
     async def _generate(
         self,

@@ -198,8 +198,8 @@ class LlamaServerEngine:
         raise RuntimeFailure(
             f"llama-server could not serve {self.options.artifact}",
             details=f"{_failure(main)}\n{tail}".strip(),
-            resolution="check the file is a complete GGUF (snapbuild fetch verifies "
-            "checksums) and that the serving configuration fits in memory",
+            resolution="run `snapbuild validate` on the manifest (it checks the GGUF and "
+            "renders its chat template) and check the serving configuration fits in memory",
         )
 
     async def _launch(self, projector: Path | None) -> Supervisor:

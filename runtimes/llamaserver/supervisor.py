@@ -113,6 +113,7 @@ class ServingConfig:
     gpu_layers: int | None = None  # None: none on CPU engines, all on GPU engines
     batch_size: int | None = None  # logical and physical batch (embeddings need the whole input)
     offload: DeviceChoice | None = None  # GPU engines: the one device to compute on
+    prompt_cache_mib: int = 0  # --cache-ram: what the plan gave the prompt cache; 0 turns it off
 
     def for_embeddings(self) -> ServingConfig:
         """The embedding child's: one slot, f16 cache, no reuse, and the whole context in one
@@ -130,6 +131,7 @@ def from_plan(plan: Any, threads: int | None = None) -> ServingConfig:
         flash_attention=bool(plan.flash_attention),
         cache_reuse=int(plan.cache_reuse),
         threads=threads,
+        prompt_cache_mib=int(getattr(plan, "prompt_cache", 0)) >> 20,
     )
 
 
@@ -170,6 +172,8 @@ def server_command(
         "--slots",
         "--jinja",
         "--no-warmup",  # the supervisor warms up through the API, which tests more
+        "--cache-ram",  # the planned size, never llama-server's 8 GiB default the plan never saw
+        str(0 if embeddings else config.prompt_cache_mib),
     ]
     if device == "gpu" or config.gpu_layers is not None:
         args += ["--gpu-layers", str(_gpu_layers(config, device))]

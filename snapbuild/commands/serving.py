@@ -98,7 +98,12 @@ def _choose_engine(
     help="Port, or 'auto' for the next free one (default: the manifest's default port).",
 )
 @click.option("--context-size", type=click.IntRange(min=16), default=None, help="Context tokens.")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads.")
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1, max=512),  # ggml's GGML_MAX_N_THREADS
+    default=None,
+    help="CPU threads.",
+)
 @click.option(
     "--slots",
     type=click.IntRange(min=1, max=256),
@@ -127,6 +132,7 @@ def serve_cmd(
     import hwprobe
     from runtimes.gateway.server import run
     from snapbuild.fetch.artifacts import locate
+    from snapbuild.manifest.checks import require_safe_template
     from snapbuild.manifest.loader import load_manifest
     from snapbuild.serving.launch import serve_options
 
@@ -151,6 +157,7 @@ def serve_cmd(
                 resolution=f"download it with: snapbuild fetch {model} --engine {chosen.name}",
             )
         found.append(path)
+    require_safe_template(found[0], manifest.model.chat_template)
 
     def listening(bound_host: str, bound_port: int) -> None:
         click.echo(
@@ -268,11 +275,17 @@ def fetch_cmd(
             results = [*results, *fetch(manifest, projector, progress=progress, command=command)]
         lines = []
     if as_json:
-        data["files"] = [{"path": str(r.path), "action": r.action} for r in results]
+        data["files"] = [
+            {"path": str(r.path), "action": r.action, **({"note": r.note} if r.note else {})}
+            for r in results
+        ]
         click.echo(json.dumps(data, indent=2))
         return
     for line in lines + [f"{r.action}: {r.path}" for r in results]:
         click.echo(line)
+    for result in results:
+        if result.note:
+            click.echo(f"note: {result.path.name}: {result.note}", err=True)
 
 
 def _probe() -> HostProfile:

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, PrivateAttr, field_validator, model_validator
 
 from hwprobe.profile import X86Level
+from snapbuild.manifest.filenames import check_file_path, check_local_path
 from snapbuild.manifest.ports import derived_port
 from snapcommon.model import KebabModel
 
@@ -123,7 +124,7 @@ class LocalSource(KebabModel):
     ``local:`` and no ``url`` is local-only: ``make`` copies it into the project."""
 
     python_package: str | None = None  # a distribution whose files include the artifact
-    path: str  # path inside that distribution, or a file path when no package is given
+    path: Annotated[str, AfterValidator(check_local_path)]  # in that distribution, or a file
 
 
 class ArtifactFile(KebabModel):
@@ -170,9 +171,7 @@ class ArtifactFile(KebabModel):
     @field_validator("path")
     @classmethod
     def _path(cls, v: str) -> str:
-        if not v or v.startswith("/") or ".." in v.split("/") or "\n" in v:
-            raise ValueError("path must be a relative file name inside the artifact directory")
-        return v
+        return check_file_path(v)  # the one rule (snapbuild.manifest.filenames)
 
 
 class Artifact(KebabModel):

@@ -95,15 +95,16 @@ def http_files_server(handler: type[Any]) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def app_in_thread(app: Any) -> Iterator[str]:
-    """Run a FastAPI app with uvicorn on a free loopback port; yield its base URL."""
+def app_in_thread(app: Any, **config: Any) -> Iterator[str]:
+    """Run a FastAPI app with uvicorn (``config``: more of its options) on a free loopback
+    port; yield its base URL."""
     import uvicorn
 
     from runtimes.gateway.server import bind_socket
 
     sock = bind_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **config))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{port}"
@@ -118,11 +119,18 @@ def app_in_thread(app: Any) -> Iterator[str]:
 
 @contextlib.contextmanager
 def snapbuild_serve(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 90.0, healthy: bool = True
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 90.0,
+    healthy: bool = True,
+    memory: int = 0,
 ) -> Iterator[str]:
     """Run ``snapbuild serve ARGS --port auto`` as a subprocess; yield its base URL once it is
-    healthy (``healthy=False``: once it listens, whatever /health says)."""
+    healthy (``healthy=False``: once it listens, whatever /health says). ``memory``: an
+    address-space cap (bytes) for it and its llama-server (util-linux prlimit)."""
     command = [sys.executable, "-c", "from snapbuild.cli import main; main()", "serve", *args]
+    if memory:
+        command = ["prlimit", f"--as={memory}", "--", *command]
     proc = subprocess.Popen(
         command,
         stdout=subprocess.DEVNULL,
