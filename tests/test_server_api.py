@@ -266,21 +266,33 @@ def test_malformed_and_invalid_requests(served: Served) -> None:
             "temperature": "hot",
         },
     )
-    assert wrong_type.status_code == 422
-    assert wrong_type.json()["error"]["param"] == "temperature"
+    assert wrong_type.status_code == 400  # OpenAI's status: clients raise BadRequestError
+    assert wrong_type.json()["error"] == {
+        "message": "invalid request: temperature: Input should be a valid number, unable to "
+        "parse string as a number",
+        "type": "invalid_request_error",
+        "param": "temperature",
+        "code": "invalid_type",
+    }
     missing = httpx.post(url, json={"model": served.name})
-    assert (missing.status_code, missing.json()["error"]["param"]) == (422, "messages")
+    assert (missing.status_code, missing.json()["error"]["param"]) == (400, "messages")
+    assert missing.json()["error"]["code"] == "missing_required_parameter"
     nan = httpx.post(url, content=b'{"model": "%s", "messages": [{"role": "user", "content": '
                      b'"x"}], "temperature": NaN}' % served.name.encode(),
                      headers={"content-type": "application/json"})  # fmt: skip
-    assert (nan.status_code, nan.json()["error"]["param"]) == (422, "temperature")
+    assert (nan.status_code, nan.json()["error"]["param"]) == (400, "temperature")
     assert "temperature: Input should be a finite number" in nan.json()["error"]["message"]
-    # fields are named as the client wrote them, without pydantic's union tags or [key]
+    # fields are named as OpenAI names them, without pydantic's union tags or [key]
     part = httpx.post(url, json={"model": served.name, "messages": [
         {"role": "user", "content": [{"type": "text"}]}]})  # fmt: skip
-    assert (part.status_code, part.json()["error"]["param"]) == (422, "messages.0.content")
-    assert "messages.0.content.0.text: Field required" in part.json()["error"]["message"]
-    assert "[" not in part.json()["error"]["message"]
+    assert (part.status_code, part.json()["error"]["param"]) == (400, "messages[0].content")
+    assert "messages[0].content[0].text: Field required" in part.json()["error"]["message"]
+    assert "TextPart" not in part.json()["error"]["message"]
+    with pytest.raises(openai.BadRequestError) as caught:  # what OpenAI's clients catch
+        served.client.chat.completions.create(
+            model=served.name, messages=[{"role": "user", "content": "x"}], temperature=3
+        )
+    assert caught.value.body["param"] == "temperature"  # type: ignore[index]
     too_big = httpx.post(
         url, content=b"x" * (9 * 1024 * 1024), headers={"content-type": "application/json"}
     )

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +28,14 @@ from fastapi.responses import JSONResponse
 
 from runtimes.chat_templates import TemplateChoice, template_for_file
 from runtimes.engine import Call, JsonObject, LoadOptions, Modality, RuntimeFailure, Status
+from runtimes.gateway.inputs import items
 from runtimes.gateway.metrics import Metrics
 from runtimes.gateway.sse import DONE, HEAD_GRACE_S, event, streaming
-from runtimes.llamaserver import toolcalls
+from runtimes.llamaserver import legacy, toolcalls
 from runtimes.llamaserver.counts import RequestCounts
-from runtimes.llamaserver.relay import Relay, fix_whole, upstream_error
+from runtimes.llamaserver.legacy import LegacyShaper
+from runtimes.llamaserver.relay import ChatShaper, Relay, Shaper, fix_whole, upstream_error
+from runtimes.llamaserver.scoring import count_tokens
 from runtimes.llamaserver.supervisor import (
     ServerBinary,
     ServingConfig,
@@ -40,12 +43,14 @@ from runtimes.llamaserver.supervisor import (
     find_server,
     server_command,
 )
+from runtimes.llamaserver.toolcalls import ToolShaper
 from runtimes.llamaserver.upstream import (
     cancellable,
     live_figures,
     native_tools,
     post,
     stream_request,
+    vocabulary,
     warm_chat,
     warm_embeddings,
 )
@@ -94,6 +99,7 @@ class LlamaServerEngine:
         self._embed_lock = asyncio.Lock()
         self.requests = RequestCounts(metrics)
         self.native_tools = False  # whether the chat template renders tools (llama-server /props)
+        self._vocabulary: int | None = None  # the model's token ids (llama-server /v1/models)
         self._live: dict[str, float] = {}
         metrics.sources.append(lambda: dict(self._live))
 
@@ -111,6 +117,11 @@ class LlamaServerEngine:
     def max_choices(self) -> int:
         """llama-server generates each choice in a slot of its own, all at once."""
         return self.config.slots
+
+    @property
+    def vocabulary(self) -> int | None:
+        """The model's vocabulary size, as llama-server reports it once loaded."""
+        return self._vocabulary
 
     # lifecycle -----------------------------------------------------------------------------
     def _binary(self) -> ServerBinary:
@@ -165,6 +176,7 @@ class LlamaServerEngine:
         await self.main.first_attempt.wait()
         if self.main.ready.is_set():
             self.native_tools = await native_tools(self.main.client)
+            self._vocabulary = await vocabulary(self.main.client)
             if not self.native_tools:
                 self.notes.append(
                     "the chat template has no tool support: tools are emulated with a JSON schema"
@@ -245,28 +257,44 @@ class LlamaServerEngine:
 
     # requests ------------------------------------------------------------------------------
     async def chat(self, body: ChatCompletionRequest, call: Call) -> Response:
-        """POST /v1/chat/completions through llama-server (tools emulated where the model's
-        template has none, :mod:`runtimes.llamaserver.toolcalls`)."""
+        """POST /v1/chat/completions through llama-server; tools the template cannot render,
+        or whose choice only a JSON schema guarantees, go through the gateway's emulation
+        (:mod:`runtimes.llamaserver.toolcalls`)."""
+        path, want_usage = "/v1/chat/completions", _wants_usage(body)
         if toolcalls.needs_emulation(body, self.native_tools):
-            return await self._emulated_tools(body, call)
-        return await self._generate("/v1/chat/completions", body, call, chat=True)
-
-    async def _emulated_tools(self, body: ChatCompletionRequest, call: Call) -> Response:
-        """One whole constrained answer turned back into tool calls; a stream sends it as
-        chunks (the JSON must be complete before it can be parsed)."""
-        forwarded = _forwarded(toolcalls.rewrite(call.json))
-        path = "/v1/chat/completions"
-        out = await self._whole(path, forwarded, call, chat=True, restore=toolcalls.restore)
-        if out is None:
-            return Response(status_code=204)
+            forwarded = _forwarded(toolcalls.rewrite(call.json))
+            if not body.stream:
+                return await self._answer(path, forwarded, call, _chat_answer(self.model_id, True))
+            shaper: Shaper = ToolShaper(self.model_id, want_usage=want_usage)
+            return await self._stream(path, forwarded, shaper)
+        payload = call.json
+        if body.tools and not self.native_tools:  # tool_choice none: the history as text
+            payload = toolcalls.without_tools(payload)
+        forwarded = _forwarded(payload)
         if not body.stream:
-            return JSONResponse(out)
-        chunks = toolcalls.as_stream(out, _wants_usage(body))
-        return streaming(iter([*map(event, chunks), DONE]))
+            return await self._answer(path, forwarded, call, _chat_answer(self.model_id, False))
+        shaper = ChatShaper(self.model_id, want_usage=want_usage)
+        return await self._stream(path, forwarded, shaper)
 
     async def completions(self, body: CompletionRequest, call: Call) -> Response:
-        """POST /v1/completions through llama-server."""
-        return await self._generate("/v1/completions", body, call, chat=False)
+        """POST /v1/completions as OpenAI's legacy endpoint, from llama-server's native one
+        (:mod:`runtimes.llamaserver.legacy`)."""
+        assert self.main is not None
+        prompts = items(body.prompt)
+        shape = await legacy.prepare(self.main.client, body, prompts, call.client_gone)
+        if body.max_tokens == 0:
+            counts = [await count_tokens(self.main.client, p) for p in prompts]
+            answer = legacy.without_generation(shape, counts)
+            if not body.stream:
+                return JSONResponse(answer)
+            chunks = legacy.chunks(answer, _wants_usage(body))
+            return streaming(iter([*map(event, chunks), DONE]))
+        forwarded = legacy.request(call.json, body.logprobs)
+        if not body.stream:
+            return await self._answer("/completion", forwarded, call, partial(_legacy, shape))
+        forwarded["stream"] = True
+        shaper = LegacyShaper(shape, want_usage=_wants_usage(body))
+        return await self._stream("/completion", forwarded, shaper)
 
     async def embeddings(self, body: EmbeddingRequest, call: Call) -> JsonObject:
         """POST /v1/embeddings through the embedding child (started on first use)."""
@@ -292,34 +320,12 @@ class LlamaServerEngine:
             await asyncio.wait_for(child.ready.wait(), 60)
         return child
 
-    async def _generate(
-        self,
-        path: str,
-        body: ChatCompletionRequest | CompletionRequest,
-        call: Call,
-        *,
-        chat: bool,
+    async def _answer(
+        self, path: str, forwarded: dict[str, Any], call: Call, shaped: Shaped
     ) -> Response:
-        """Relay a chat or completion: the client's JSON as sent, answered whole or streamed."""
-        forwarded = _forwarded(call.json)
-        if not body.stream:
-            out = await self._whole(path, forwarded, call, chat=chat)
-            return Response(status_code=204) if out is None else JSONResponse(out)
-        forwarded["stream_options"] = {"include_usage": True}  # metrics need it; stripped below
-        return await self._stream(path, forwarded, chat=chat, want_usage=_wants_usage(body))
-
-    async def _whole(
-        self,
-        path: str,
-        forwarded: dict[str, Any],
-        call: Call,
-        *,
-        chat: bool,
-        restore: Callable[[dict[str, Any]], None] | None = None,
-    ) -> dict[str, Any] | None:
-        """One answer llama-server sends whole, in OpenAI's shape (``restore`` adjusts it
-        further), counted and timed; None when the client hung up first, which cancels
-        llama-server's task with the connection."""
+        """One answer llama-server sends whole, in OpenAI's shape (``shaped``), counted and
+        timed; 204 when the client hung up first, which cancels llama-server's task with the
+        connection."""
         assert self.main is not None
         started = time.monotonic()
         end = self.requests.begin()
@@ -328,27 +334,25 @@ class LlamaServerEngine:
             data = await cancellable(post(self.main.client, path, forwarded), call.client_gone)
             if data is None:
                 outcome = "cancelled"
-                return None
+                return Response(status_code=204)
             if data.status_code >= 400:
-                raise upstream_error(data.status_code, data.content, chat=chat)
-            out: dict[str, Any] = data.json()
-            fix_whole(out, self.model_id, chat=chat)
-            if restore is not None:
-                restore(out)
+                raise upstream_error(data.status_code, data.content, chat=path != "/completion")
+            out = shaped(data.json())
             self.metrics.observe("time_to_first_token_seconds", time.monotonic() - started)
             self.metrics.add_tokens(int((out.get("usage") or {}).get("completion_tokens", 0)))
             outcome = "completed"
-            return out
+            return JSONResponse(out)
         finally:
             end(outcome)
 
-    async def _stream(
-        self, path: str, forwarded: dict[str, Any], *, chat: bool, want_usage: bool
-    ) -> Response:
+    async def _stream(self, path: str, forwarded: dict[str, Any], shaper: Shaper) -> Response:
         """A relayed stream: headers within :data:`HEAD_GRACE_S` (an error llama-server reports
-        at once is still a proper status), then its events as they arrive; the relay counts the
-        request out when the stream ends."""
+        at once is still a proper status), then its events as they arrive, shaped; the relay
+        counts the request out when the stream ends."""
         assert self.main is not None
+        if path != "/completion":
+            forwarded["stream_options"] = {"include_usage": True}  # metrics need it
+        forwarded["stream"] = True
         started = time.monotonic()
         end = self.requests.begin()
         try:
@@ -360,20 +364,32 @@ class LlamaServerEngine:
                 if head.status_code >= 400:
                     content = await head.aread()
                     await head.aclose()
-                    raise upstream_error(head.status_code, content, chat=chat)
+                    raise upstream_error(head.status_code, content, chat=shaper.chat)
         except BaseException:
             end("failed")
             raise
-        relay = Relay(
-            self.metrics,
-            self.model_id,
-            sending,
-            started,
-            chat=chat,
-            want_usage=want_usage,
-            done=end,
-        )
+        relay = Relay(self.metrics, shaper, sending, started, done=end)
         return streaming(relay.events())
+
+
+Shaped = Callable[[Any], dict[str, Any]]  # llama-server's whole answer -> ours
+
+
+def _chat_answer(model_id: str, emulated: bool) -> Shaped:
+    """A whole chat answer in OpenAI's shape; an emulated tool reply read back into calls."""
+
+    def shaped(data: dict[str, Any]) -> dict[str, Any]:
+        fix_whole(data, model_id, chat=True)
+        if emulated:
+            toolcalls.restore(data)
+        return data
+
+    return shaped
+
+
+def _legacy(shape: legacy.Shape, data: Any) -> dict[str, Any]:
+    """A native answer (one result, or a list for several choices) as a legacy completion."""
+    return legacy.whole(shape, data if isinstance(data, list) else [data])
 
 
 def _forwarded(payload: JsonObject) -> dict[str, Any]:

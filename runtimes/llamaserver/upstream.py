@@ -226,6 +226,16 @@ async def native_tools(client: httpx.AsyncClient) -> bool:
     return bool(caps.get("supports_tools") and caps.get("supports_tool_calls"))
 
 
+async def vocabulary(client: httpx.AsyncClient) -> int | None:
+    """How many token ids the model has (llama-server's ``/v1/models`` says it); None if it
+    does not say, and then token inputs are refused rather than passed on unchecked."""
+    try:
+        models = (await client.get("/v1/models", timeout=10)).json().get("data") or []
+        return int(models[0]["meta"]["n_vocab"])
+    except (httpx.HTTPError, ValueError, AttributeError, LookupError, TypeError):
+        return None
+
+
 async def warm_chat(client: httpx.AsyncClient) -> None:
     response = await client.post(
         "/v1/completions", json={"prompt": "Hello", "max_tokens": 1, "seed": 0}, timeout=300
