@@ -20,7 +20,8 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from runtimes import requests as s
@@ -30,6 +31,10 @@ from runtimes.gateway.errors import ApiError
 from runtimes.gateway.images import ImagePolicy, check_request, image_parts
 from runtimes.gateway.inputs import check_inputs, check_prompts
 from runtimes.gateway.metrics import Metrics
+from runtimes.gateway.responses import answers as ra
+from runtimes.gateway.responses.request import ResponseRequest
+from runtimes.gateway.responses.serve import respond
+from runtimes.gateway.responses.store import ResponseStore
 from runtimes.gateway.validation import validation_error, without_422
 from runtimes.requests import MAX_EMBEDDING_INPUTS
 
@@ -57,6 +62,7 @@ class ServerState:
     detail: str | None = None
     load_error: BaseException | None = None
     created: int = field(default_factory=lambda: int(time.time()))
+    responses: ResponseStore = field(default_factory=ResponseStore)  # previous_response_id
     live: dict[str, float] = field(default_factory=dict)
     live_at: float = 0.0
 
@@ -190,6 +196,36 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
         _check_choices(state, body.n)
         check_prompts(body.prompt, state.engine.vocabulary, state.engine.runtime)
         return await state.engine.completions(body, _call(await request.json(), request))
+
+    @app.post(
+        "/v1/responses",
+        response_model=ra.ResponseObject,
+        responses={**ERRORS, 200: _stream_doc(ra.ResponseEvent)},
+    )
+    async def responses(body: ResponseRequest, request: Request) -> Any:
+        """OpenAI's Responses API, answered by the model's chat: text and images in, function
+        tools, ``text.format``, ``stream: true`` for typed events, ``previous_response_id``
+        for responses this process kept."""
+        _check_ready(state, body.model, "chat")
+
+        async def chat(payload: dict[str, Any]) -> Response:
+            try:
+                checked = s.ChatCompletionRequest.model_validate(payload)
+            except ValidationError as exc:
+                raise validation_error(exc.errors()) from exc
+            checked, shown = await _checked_images(state, checked, payload)
+            return await state.engine.chat(checked, _call(shown, request))
+
+        return await respond(body, state.model_id, state.responses, chat)
+
+    @app.get("/v1/responses/{response_id}", response_model=ra.ResponseObject, responses=ERRORS)
+    async def stored_response(response_id: str) -> JSONResponse:
+        """A response this process kept (``store`` was not false)."""
+        stored = state.responses.find(response_id)
+        if stored is None:
+            raise ApiError(404, f"no stored response with id {response_id!r}",
+                           param="response_id", code="not_found")  # fmt: skip
+        return JSONResponse(stored.response)
 
     @app.post("/v1/embeddings", response_model=a.EmbeddingList, responses=ERRORS)
     async def embeddings(body: s.EmbeddingRequest, request: Request) -> Any:

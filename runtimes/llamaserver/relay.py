@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runtimes.gateway.errors import ApiError
-from runtimes.gateway.sse import DONE, KEEPALIVE_S, TokenClock, event, loads
+from runtimes.gateway.sse import DONE, KEEPALIVE_S, SseEvents, TokenClock, event, loads
 from runtimes.llamaserver.upstream import Stream
 
 if TYPE_CHECKING:
@@ -192,27 +192,6 @@ def has_text(chunk: dict[str, Any]) -> bool:
         if choice.get("text") or delta.get("content") or delta.get("tool_calls"):
             return True
     return False
-
-
-class SseEvents:
-    """The ``data:`` payloads of an SSE body fed piece by piece, as raw bytes, in arrival order
-    (split by hand: cheaper than decoding and splitting lines, which matters on a machine whose
-    cores also run llama-server)."""
-
-    def __init__(self) -> None:
-        self.pending = b""
-
-    def feed(self, piece: bytes) -> list[bytes]:
-        """The payloads completed by ``piece`` (a partial event waits for the next one)."""
-        pending = self.pending + piece
-        found = []
-        while (cut := pending.find(b"\n\n")) >= 0:
-            event, pending = pending[:cut], pending[cut + 2 :]
-            for line in event.split(b"\n"):
-                if line.startswith(b"data: "):
-                    found.append(line[6:].strip())
-        self.pending = pending
-        return found
 
 
 def fix_whole(data: dict[str, Any], model_id: str, *, chat: bool) -> None:
