@@ -285,7 +285,7 @@ def test_malformed_and_invalid_requests(served: Served) -> None:
     # fields are named as OpenAI names them, without pydantic's union tags or [key]
     part = httpx.post(url, json={"model": served.name, "messages": [
         {"role": "user", "content": [{"type": "text"}]}]})  # fmt: skip
-    assert (part.status_code, part.json()["error"]["param"]) == (400, "messages[0].content")
+    assert (part.status_code, part.json()["error"]["param"]) == (400, "messages[0].content[0].text")
     assert "messages[0].content[0].text: Field required" in part.json()["error"]["message"]
     assert "TextPart" not in part.json()["error"]["message"]
     with pytest.raises(openai.BadRequestError) as caught:  # what OpenAI's clients catch

@@ -31,11 +31,12 @@ from runtimes.gateway.errors import ApiError
 from runtimes.gateway.images import ImagePolicy, check_request, image_parts
 from runtimes.gateway.inputs import check_inputs, check_prompts
 from runtimes.gateway.metrics import Metrics
+from runtimes.gateway.openapi import describe
 from runtimes.gateway.responses import answers as ra
 from runtimes.gateway.responses.request import ResponseRequest
 from runtimes.gateway.responses.serve import respond
 from runtimes.gateway.responses.store import ResponseStore
-from runtimes.gateway.validation import validation_error, without_422
+from runtimes.gateway.validation import validation_error
 from runtimes.requests import MAX_EMBEDDING_INPUTS
 
 __all__ = ["ERRORS", "ServerState", "install_error_handlers", "install_routes"]
@@ -126,7 +127,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
 def install_routes(app: FastAPI, state: ServerState) -> None:
     """The endpoints, answering from ``state``."""
-    without_422(app)
+    describe(app, [a.ChatCompletionChunk, ra.ResponseEvent])
 
     @app.get("/health", response_model=a.Health, responses={503: {"model": a.Health}})
     async def health() -> JSONResponse:

@@ -4,15 +4,13 @@
 OpenAI's clients catch ``BadRequestError`` (400); FastAPI's own answer to a body that fails its
 model is a 422, which those clients raise as ``UnprocessableEntityError`` and most callers never
 catch. So every validation failure is turned into OpenAI's status, type, param and code here,
-and the served OpenAPI document says 400 (:func:`without_422`), not FastAPI's 422.
+and the served OpenAPI document says 400 (:mod:`runtimes.gateway.openapi`), not FastAPI's 422.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
-
-from fastapi import FastAPI
 
 from runtimes.gateway.errors import ApiError
 
@@ -36,7 +34,9 @@ def validation_error(errors: Sequence[Any]) -> ApiError:
             f"the request body is not valid JSON: {ctx.get('error', detail.get('msg'))}",
             code="invalid_json",
         )
-    first = errors[0] if errors else {}
+    # the deepest failure names the field: a list sent where a text or a list is allowed
+    # failed as a text too, at the list's own name
+    first = max(errors, key=lambda e: len(e.get("loc", ())), default={})
     messages = "; ".join(f"{field_name(e) or 'body'}: {e.get('msg')}" for e in errors[:5])
     return ApiError(
         400, f"invalid request: {messages}", param=field_name(first) or None, code=_code(first)
@@ -64,24 +64,3 @@ def field_name(error: Mapping[str, Any]) -> str:
         if text != "body" and not internal:
             name += f".{text}" if name else text
     return name
-
-
-def without_422(app: FastAPI) -> None:
-    """Serve an OpenAPI document that says 400 for invalid bodies, as the API answers: FastAPI
-    adds its own 422 (and its error schemas) to every operation that takes a body."""
-    generate: Callable[[], dict[str, Any]] = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is not None:
-            return app.openapi_schema
-        document = generate()
-        for operations in document.get("paths", {}).values():
-            for operation in operations.values():
-                operation.get("responses", {}).pop("422", None)
-        schemas = document.get("components", {}).get("schemas", {})
-        for name in ("HTTPValidationError", "ValidationError"):
-            schemas.pop(name, None)
-        app.openapi_schema = document
-        return document
-
-    app.openapi = openapi  # type: ignore[method-assign]

@@ -233,6 +233,7 @@ class LlamaServerEngine:
             "cache-reuse": c.cache_reuse,
             "threads": c.threads,
             "capabilities": sorted(self.capabilities),
+            "tool-calls": toolcalls.path(self.native_tools),
             "projector": str(self.options.projector) if self.options.projector else None,
             "notes": list(self.notes),
         }

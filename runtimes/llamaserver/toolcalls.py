@@ -47,6 +47,13 @@ def needs_emulation(body: ChatCompletionRequest, native: bool) -> bool:
     return body.tool_choice not in (None, "auto") or constrained
 
 
+def path(native: bool) -> str:
+    """Which way tools go, for /health."""
+    if native:
+        return "native for auto; emulated for required, a named function, or response_format"
+    return "emulated (the chat template has no tool support)"
+
+
 def without_tools(payload: Mapping[str, Any]) -> dict[str, Any]:
     """A request whose tools are switched off (``tool_choice: none``) for a template that knows
     none: no tools, and the history's calls and results as text it can render."""

@@ -19,7 +19,7 @@ from runtimes.gateway.errors import ApiError
 from runtimes.gateway.responses.events import Event, ResponseBuilder
 from runtimes.gateway.responses.request import ResponseRequest
 from runtimes.gateway.responses.store import ResponseStore
-from runtimes.gateway.responses.translate import chat_request
+from runtimes.gateway.responses.translate import chat_request, responses_param
 from runtimes.gateway.sse import SseEvents, dumps, loads, streaming
 
 ChatCall = Callable[[dict[str, Any]], Awaitable[Response]]  # chat JSON -> the engine's answer
@@ -31,8 +31,11 @@ async def respond(
     """Answer one Responses request through ``chat`` (the gateway's checked chat call)."""
     previous = body.previous_response_id
     history = store.previous(previous).messages if previous else []
-    request = chat_request(body, history)
-    answer = await chat(request)
+    request, origins = chat_request(body, history)
+    try:
+        answer = await chat(request)
+    except ApiError as exc:
+        raise _named(exc, origins) from None
     if not isinstance(answer, StreamingResponse):
         return answer  # the client hung up while the request waited (204)
     builder = ResponseBuilder(body, model_id)
@@ -99,6 +102,15 @@ async def _sse(events: AsyncIterator[Event]) -> AsyncIterator[bytes]:
 
 def _status(builder: ResponseBuilder) -> str:
     return "incomplete" if builder.finish == "length" else "completed"
+
+
+def _named(error: ApiError, origins: list[str]) -> ApiError:
+    """An error about the chat request, naming the Responses field it came from."""
+    param = responses_param(error.param, origins)
+    if error.param and param != error.param:
+        error.message = error.message.replace(error.param, param or "input")
+        error.param = param
+    return error
 
 
 STATUS = {"invalid_request_error": 400, "service_unavailable": 503}

@@ -30,12 +30,16 @@ from runtimes.gateway.responses.request import (
 Message = dict[str, Any]
 
 
-def chat_request(body: ResponseRequest, history: list[Message]) -> dict[str, Any]:
-    """The chat request's JSON: ``history`` (a previous response's conversation), then the
-    instructions and the input."""
+def chat_request(body: ResponseRequest, history: list[Message]) -> tuple[dict[str, Any], list[str]]:
+    """The chat request's JSON: the instructions, ``history`` (a previous response's
+    conversation), then the input; and where each of its messages came from (``input[2]``), so
+    that an error about a message names the Responses field."""
     _refuse_unsupported(body)
     messages = [{"role": "system", "content": body.instructions}] if body.instructions else []
-    messages += history + input_messages(body)
+    origins = ["instructions"] * len(messages) + ["previous_response_id"] * len(history)
+    given, sources = input_messages(body)
+    messages += history + given
+    origins += sources
     out: dict[str, Any] = {"model": body.model, "messages": messages, "stream": True}
     out["stream_options"] = {"include_usage": True}
     tools = [_chat_tool(t) for t in body.tools if isinstance(t, FunctionTool)]
@@ -62,15 +66,16 @@ def chat_request(body: ResponseRequest, history: list[Message]) -> dict[str, Any
         "user": body.user,
     }
     out.update({k: v for k, v in sampling.items() if v is not None})
-    return out
+    return out, origins
 
 
-def input_messages(body: ResponseRequest) -> list[Message]:
+def input_messages(body: ResponseRequest) -> tuple[list[Message], list[str]]:
     """The input items as chat messages (consecutive function calls in one assistant
-    message, as the chat API carries them)."""
+    message, as the chat API carries them), and the item each came from."""
     if isinstance(body.input, str):
-        return [{"role": "user", "content": body.input}]
+        return [{"role": "user", "content": body.input}], ["input"]
     messages: list[Message] = []
+    origins: list[str] = []
     for index, item in enumerate(body.input):
         where = f"input[{index}]"
         if isinstance(item, MessageItem):
@@ -88,7 +93,19 @@ def input_messages(body: ResponseRequest) -> list[Message]:
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": output})
         else:
             assert isinstance(item, ReasoningItem)  # nothing a local model could continue
-    return messages
+        origins += [where] * (len(messages) - len(origins))
+    return messages, origins
+
+
+def responses_param(param: str | None, origins: list[str]) -> str | None:
+    """A chat request's field as the Responses field it came from: ``messages[3].content[1]``
+    of a request whose fourth message was ``input[2]`` is ``input[2].content[1]``."""
+    if param is None or not param.startswith("messages["):
+        return param
+    index, _, rest = param[len("messages[") :].partition("]")
+    if not index.isdigit() or int(index) >= len(origins):
+        return "input"
+    return origins[int(index)] + rest
 
 
 def _content(content: str | list[Content], where: str) -> str | list[dict[str, Any]]:
