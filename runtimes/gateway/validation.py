@@ -36,7 +36,7 @@ def validation_error(errors: Sequence[Any]) -> ApiError:
         )
     # the deepest failure names the field: a list sent where a text or a list is allowed
     # failed as a text too, at the list's own name
-    first = max(errors, key=lambda e: len(e.get("loc", ())), default={})
+    first: Mapping[str, Any] = max(errors, key=lambda e: len(e.get("loc", ())), default={})
     messages = "; ".join(f"{field_name(e) or 'body'}: {e.get('msg')}" for e in errors[:5])
     return ApiError(
         400, f"invalid request: {messages}", param=field_name(first) or None, code=_code(first)
