@@ -13,6 +13,8 @@ import asyncio
 import importlib.util
 import json
 import os
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,25 @@ def _offline() -> None:
 
 
 _offline()
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@pytest.fixture(autouse=True)
+def loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every name a library looks up, refused unless it is loopback; the test fails if any
+    library tried to reach another host (telemetry, a model-cost map, a tokenizer download)."""
+    tried: list[str] = []
+    lookup = socket.getaddrinfo
+
+    def guarded(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(host) not in LOOPBACK:
+            tried.append(str(host))
+            raise OSError(f"test_clients: {host} is not loopback")
+        return lookup(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", guarded)
+    yield tried
+    assert tried == []
 
 WEATHER = {
     "type": "function",

@@ -96,6 +96,24 @@ def test_every_cut_of_a_reply_is_whole_calls_or_text() -> None:
         assert "Hello, world".startswith(_read(answer[:cut], 1).text)
 
 
+def test_a_call_written_as_the_response_text_is_a_call() -> None:
+    """A small model may answer ``{"response": "{\"tool_calls\": ...}"}``: the text is held
+    back while it may be the wrapper, then read as a reply; other text is sent as it was."""
+    inner = json.dumps({"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]})
+    for step in (1, 5, 1000):
+        nested = _read(json.dumps({"response": inner}), step)
+        nested.finish()
+        assert nested.text == "" and [
+            (c.index, c.name, json.loads(c.arguments)) for c in nested.calls
+        ] == [(0, "get_weather", {"city": "Paris"})]
+    for text in ('{"city": 1}', "  hello {", "{ not json"):
+        reader = _read(json.dumps({"response": text}), 3)
+        reader.finish()
+        assert (reader.text, reader.calls) == (text, [])
+    cut = _read(json.dumps({"response": inner})[:30], 1)
+    assert (cut.text, cut.finish().text, cut.calls) == ("", "", [])
+
+
 def test_the_reply_schema_follows_the_choice() -> None:
     payload = {"model": "m", "messages": ASK, "tools": [WEATHER, TIME]}
     calls = toolcalls.rewrite({**payload, "tool_choice": NAMED})["response_format"]
@@ -193,6 +211,7 @@ def test_tools_with_response_format_answer_one_or_the_other(smollm2_server: str)
             messages=ASK,
             tools=[openai.pydantic_function_tool(Weather, name="report")],
             tool_choice=choice,  # type: ignore[arg-type]
+            parallel_tool_calls=False,  # SmolLM2 repeats a call until the limit otherwise
             response_format=Weather,
             max_tokens=120,
             temperature=0,
@@ -239,17 +258,18 @@ def test_100_seeded_requests_cut_short_never_leak_the_wrapper(smollm2_server: st
     jobs = [(choices[seed % 3], seed, seed % 2 == 1) for seed in range(100)]
     with ThreadPoolExecutor(3) as pool:  # the server's three slots
         outcomes = list(pool.map(lambda job: _outcome(smollm2_server, *job), jobs))
-    leaked = [
-        c
-        for c, _ in outcomes
-        if '"tool_calls"' in c or '"response"' in c or c.lstrip().startswith("{")
-    ]
+    leaked = [c for c, _ in outcomes if '"tool_calls"' in c or '"response"' in c]
     assert leaked == []
     for _, calls in outcomes:
         for arguments in calls:
             json.loads(arguments)
-    with_calls = sum(1 for _, calls in outcomes if calls)
-    assert with_calls >= 50  # required and named always call, when 32 tokens allow it
+    # a required or named choice calls whenever 32 tokens hold a whole call: with line breaks
+    # kept out of the JSON, 65 of 66 did when measured (without, about half: the indentation
+    # took the tokens)
+    forced = [
+        calls for (choice, _, _), (_, calls) in zip(jobs, outcomes, strict=True) if choice != "auto"
+    ]
+    assert sum(1 for calls in forced if calls) >= 0.9 * len(forced), outcomes
 
 
 @pytest.fixture(scope="module")

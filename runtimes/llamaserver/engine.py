@@ -48,6 +48,7 @@ from runtimes.llamaserver.upstream import (
     cancellable,
     live_figures,
     native_tools,
+    newline_tokens,
     post,
     stream_request,
     vocabulary,
@@ -100,6 +101,7 @@ class LlamaServerEngine:
         self.requests = RequestCounts(metrics)
         self.native_tools = False  # whether the chat template renders tools (llama-server /props)
         self._vocabulary: int | None = None  # the model's token ids (llama-server /v1/models)
+        self.line_breaks: tuple[int, ...] = ()  # tokens an emulated tool reply is kept from
         self._live: dict[str, float] = {}
         metrics.sources.append(lambda: dict(self._live))
 
@@ -177,6 +179,7 @@ class LlamaServerEngine:
         if self.main.ready.is_set():
             self.native_tools = await native_tools(self.main.client)
             self._vocabulary = await vocabulary(self.main.client)
+            self.line_breaks = await newline_tokens(self.main.client)
             if not self.native_tools:
                 self.notes.append(
                     "the chat template has no tool support: tools are emulated with a JSON schema"
@@ -263,7 +266,7 @@ class LlamaServerEngine:
         (:mod:`runtimes.llamaserver.toolcalls`)."""
         path, want_usage = "/v1/chat/completions", _wants_usage(body)
         if toolcalls.needs_emulation(body, self.native_tools):
-            forwarded = _forwarded(toolcalls.rewrite(call.json))
+            forwarded = _forwarded(toolcalls.rewrite(call.json, self.line_breaks))
             if not body.stream:
                 return await self._answer(path, forwarded, call, _chat_answer(self.model_id, True))
             shaper: Shaper = ToolShaper(self.model_id, want_usage=want_usage)

@@ -18,7 +18,7 @@ calls and ``tool`` results in the history become text the template can render.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runtimes.gateway.errors import ApiError
@@ -62,8 +62,10 @@ def without_tools(payload: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def rewrite(payload: Mapping[str, Any]) -> dict[str, Any]:
-    """The request llama-server gets: tools described, reply constrained, history as text.
+def rewrite(payload: Mapping[str, Any], line_breaks: Sequence[int] = ()) -> dict[str, Any]:
+    """The request llama-server gets: tools described, reply constrained, history as text, and
+    the ``line_breaks`` tokens banned (the reply is JSON, where a line break is only ever
+    whitespace: a model that pretty-prints would spend its tokens on indentation).
 
     It rewrites the client's JSON (not the validated body) so that every field llama-server
     knows and the schemas do not still reaches it."""
@@ -93,6 +95,11 @@ def rewrite(payload: Mapping[str, Any]) -> dict[str, Any]:
         "type": "json_schema",
         "json_schema": {"name": "tool_reply", "schema": schema},
     }
+    if line_breaks:
+        out["logit_bias"] = {
+            **(payload.get("logit_bias") or {}),
+            **{str(token): False for token in line_breaks},
+        }
     return out
 
 
@@ -191,6 +198,7 @@ def restore(data: dict[str, Any]) -> None:
         message = choice.get("message") or {}
         reader = ReplyReader()
         reader.feed(message.get("content") or "")
+        reader.finish()
         choice["logprobs"] = None
         if reader.calls:
             message["content"] = None
@@ -221,6 +229,10 @@ class ToolShaper(ChatShaper):
         reader = self.readers.setdefault(choice.get("index", 0), ReplyReader())
         delta = choice.get("delta") or {}
         piece = reader.feed(delta.get("content") or "")
+        if choice.get("finish_reason") is not None:  # what was held back, now the reply ended
+            rest = reader.finish()
+            piece.text += rest.text
+            piece.calls += rest.calls
         deltas: list[dict[str, Any]] = []
         if "role" in delta:
             deltas.append({"role": "assistant", "content": ""})

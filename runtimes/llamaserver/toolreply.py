@@ -5,7 +5,9 @@ The model's reply is constrained to one JSON document, ``{"tool_calls": [{"name"
 calls, or the response as content. :class:`ReplyReader` reads the document a piece at a time, so
 a stream can send the response text as it comes and each call as soon as it is complete; a reply
 cut by ``max_tokens`` leaves the complete calls made so far, or the text so far, never half a
-call and never the wrapper.
+call and never the wrapper. A small model sometimes writes its call as the response's text
+(``{"response": "{\"tool_calls\": ...}"}``): a response text that starts with ``{`` is held
+back until it ends, then read again as a reply, so that call is a call, not text.
 
 The reader is a generator that takes one character at a time (:meth:`ReplyReader._document`),
 written as the grammar reads: the key, then a string, a raw JSON value or a list of calls.
@@ -57,6 +59,7 @@ class ReplyReader:
         self.text = ""
         self.structured = True  # False: the reply is not the wrapper (then it is all text)
         self._seen = ""
+        self._held: str | None = None  # response text that may be the wrapper again
         self._piece = Piece()
         self._current: Call | None = None
         self._reader = self._document()
@@ -69,11 +72,21 @@ class ReplyReader:
             self._seen += char
             try:
                 self._reader.send(char)
-            except (StopIteration, ValueError):
+            except StopIteration:
+                self._reader = _ignore()
+                next(self._reader)
+            except ValueError:  # not JSON (a grammar would not allow it): not the wrapper
+                self.structured = False
                 self._reader = _ignore()
                 next(self._reader)
         if self._current is not None:
             self._current.cuts.append(len(self._current.arguments))
+        return self._piece
+
+    def finish(self) -> Piece:
+        """The reply has ended (or was cut): what the text held back adds."""
+        self._piece = Piece()
+        self._release()
         return self._piece
 
     @property
@@ -84,6 +97,34 @@ class ReplyReader:
     def _text(self, text: str) -> None:
         self.text += text
         self._piece.text += text
+
+    def _response(self, text: str) -> None:
+        """Response text: sent as it comes, unless it opens with ``{`` (see :meth:`_release`)."""
+        if self._held is None and self.text:
+            self._text(text)
+            return
+        self._held = (self._held or "") + text
+        opening = self._held.lstrip()
+        if opening and not opening.startswith("{"):
+            self._release()
+
+    def _release(self) -> None:
+        """The held text, read as a reply of its own when it is one (its calls become calls),
+        else sent as text."""
+        held, self._held = self._held, None
+        if not held:
+            return
+        nested = ReplyReader()
+        nested.feed(held)
+        nested.finish()
+        if not (nested.structured and held.lstrip().startswith("{")):
+            self._text(held)
+            return
+        self._text(nested.text)
+        for call in nested.calls:
+            call.index = len(self.calls)
+            self.calls.append(call)
+            self._piece.calls.append(call)
 
     def _document(self) -> Generator[None, str, None]:
         char = yield
@@ -96,7 +137,8 @@ class ReplyReader:
         key, char = yield from _string(char, None)
         char = yield from _after_colon(char)
         if key == "response" and char == '"':
-            yield from _string(char, self._text)
+            yield from _string(char, self._response)
+            self._release()
         elif key == "response":
             yield from _raw(char, self._text)
         elif key == "tool_calls" and char == "[":
