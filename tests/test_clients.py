@@ -58,6 +58,7 @@ def loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield tried
     assert tried == []
 
+
 WEATHER = {
     "type": "function",
     "function": {
