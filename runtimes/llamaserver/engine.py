@@ -34,7 +34,7 @@ from runtimes.gateway.sse import DONE, HEAD_GRACE_S, event, streaming
 from runtimes.llamaserver import legacy, toolcalls
 from runtimes.llamaserver.counts import RequestCounts
 from runtimes.llamaserver.legacy import LegacyShaper
-from runtimes.llamaserver.relay import ChatShaper, Relay, Shaper, fix_whole, upstream_error
+from runtimes.llamaserver.relay import ChatShaper, Relay, Shaper, upstream_error
 from runtimes.llamaserver.scoring import count_tokens
 from runtimes.llamaserver.supervisor import (
     ServerBinary,
@@ -268,7 +268,8 @@ class LlamaServerEngine:
         if toolcalls.needs_emulation(body, self.native_tools):
             forwarded = _forwarded(toolcalls.rewrite(call.json, self.line_breaks))
             if not body.stream:
-                return await self._answer(path, forwarded, call, _chat_answer(self.model_id, True))
+                shaped = toolcalls.whole(self.model_id, emulated=True)
+                return await self._answer(path, forwarded, call, shaped)
             shaper: Shaper = ToolShaper(self.model_id, want_usage=want_usage)
             return await self._stream(path, forwarded, shaper)
         payload = call.json
@@ -276,7 +277,8 @@ class LlamaServerEngine:
             payload = toolcalls.without_tools(payload)
         forwarded = _forwarded(payload)
         if not body.stream:
-            return await self._answer(path, forwarded, call, _chat_answer(self.model_id, False))
+            shaped = toolcalls.whole(self.model_id, emulated=False)
+            return await self._answer(path, forwarded, call, shaped)
         shaper = ChatShaper(self.model_id, want_usage=want_usage)
         return await self._stream(path, forwarded, shaper)
 
@@ -295,7 +297,7 @@ class LlamaServerEngine:
             return streaming(iter([*map(event, chunks), DONE]))
         forwarded = legacy.request(call.json, body.logprobs)
         if not body.stream:
-            return await self._answer("/completion", forwarded, call, partial(_legacy, shape))
+            return await self._answer("/completion", forwarded, call, partial(legacy.answer, shape))
         forwarded["stream"] = True
         shaper = LegacyShaper(shape, want_usage=_wants_usage(body))
         return await self._stream("/completion", forwarded, shaper)
@@ -325,7 +327,11 @@ class LlamaServerEngine:
         return child
 
     async def _answer(
-        self, path: str, forwarded: dict[str, Any], call: Call, shaped: Shaped
+        self,
+        path: str,
+        forwarded: dict[str, Any],
+        call: Call,
+        shaped: Callable[[Any], dict[str, Any]],
     ) -> Response:
         """One answer llama-server sends whole, in OpenAI's shape (``shaped``), counted and
         timed; 204 when the client hung up first, which cancels llama-server's task with the
@@ -374,26 +380,6 @@ class LlamaServerEngine:
             raise
         relay = Relay(self.metrics, shaper, sending, started, done=end)
         return streaming(relay.events())
-
-
-Shaped = Callable[[Any], dict[str, Any]]  # llama-server's whole answer -> ours
-
-
-def _chat_answer(model_id: str, emulated: bool) -> Shaped:
-    """A whole chat answer in OpenAI's shape; an emulated tool reply read back into calls."""
-
-    def shaped(data: dict[str, Any]) -> dict[str, Any]:
-        fix_whole(data, model_id, chat=True)
-        if emulated:
-            toolcalls.restore(data)
-        return data
-
-    return shaped
-
-
-def _legacy(shape: legacy.Shape, data: Any) -> dict[str, Any]:
-    """A native answer (one result, or a list for several choices) as a legacy completion."""
-    return legacy.whole(shape, data if isinstance(data, list) else [data])
 
 
 def _forwarded(payload: JsonObject) -> dict[str, Any]:

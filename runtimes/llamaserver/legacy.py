@@ -21,9 +21,11 @@ from typing import Any
 import httpx
 
 from runtimes.engine import Json
-from runtimes.llamaserver.scoring import Item, Scored, prompt_text, score
+from runtimes.gateway.errors import ApiError
+from runtimes.llamaserver.scoring import Item, Scored, count_tokens, prompt_text, score
 from runtimes.requests import CompletionRequest
 
+MAX_SCORED = 16384  # prompt tokens one request may have scored (one short generation each)
 FINISH = {"limit": "length"}  # llama-server's stop types; eos and word are OpenAI's "stop"
 DROPPED = ("model", "echo", "stream_options", "logprobs", "n")
 
@@ -108,6 +110,11 @@ def whole(shape: Shape, results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             _extend(logprobs, shape.generated(index, result.get("completion_probabilities") or []))
         choices.append(_choice(index, text + str(result.get("content", "")), logprobs, result))
     return {**shape.head(), "choices": choices, "usage": usage(shape, results)}
+
+
+def answer(shape: Shape, data: Any) -> dict[str, Any]:
+    """A native answer (one result, or a list for several choices) as a legacy completion."""
+    return whole(shape, data if isinstance(data, list) else [data])
 
 
 def without_generation(shape: Shape, prompt_tokens: Sequence[int]) -> dict[str, Any]:
@@ -212,6 +219,15 @@ async def prepare(
     texts = [await prompt_text(client, p) for p in prompts] if needed else [""] * len(prompts)
     scored = None
     if body.echo and body.logprobs is not None:
+        counted = sum([await count_tokens(client, p) for p in prompts])
+        if counted > MAX_SCORED:
+            raise ApiError(
+                400,
+                f"echo with logprobs scores the prompts' tokens one by one: {counted} tokens are "
+                f"more than the {MAX_SCORED} one request may score; send fewer or shorter prompts",
+                param="prompt",
+                code="too_many_tokens",
+            )
         scored = [await score(client, p, body.logprobs, gone) for p in prompts]
     return Shape(body.model, body.n, body.logprobs, Echo(texts, body.echo, scored))
 

@@ -18,11 +18,11 @@ calls and ``tool`` results in the history become text the template can render.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from runtimes.gateway.errors import ApiError
-from runtimes.llamaserver.relay import ChatShaper
+from runtimes.llamaserver.relay import ChatShaper, fix_whole
 from runtimes.llamaserver.toolreply import Call, ReplyReader
 from runtimes.requests import ChatCompletionRequest
 
@@ -189,6 +189,19 @@ def _finish(reader: ReplyReader, reason: str | None) -> str | None:
     if reason == "stop" and reader.calls:
         return "tool_calls"
     return reason
+
+
+def whole(model_id: str, *, emulated: bool) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """How a whole chat answer becomes OpenAI's: its shapes fixed, and an emulated tool reply
+    read back into calls."""
+
+    def shaped(data: dict[str, Any]) -> dict[str, Any]:
+        fix_whole(data, model_id, chat=True)
+        if emulated:
+            restore(data)
+        return data
+
+    return shaped
 
 
 def restore(data: dict[str, Any]) -> None:
