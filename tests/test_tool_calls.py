@@ -31,6 +31,7 @@ from runtimes.gateway.errors import ApiError
 from runtimes.gateway.metrics import Metrics
 from runtimes.gateway.server import create_app
 from runtimes.llamaserver import toolcalls
+from runtimes.llamaserver.callgate import CallGate, keep_whole_calls
 from runtimes.llamaserver.engine import LlamaServerEngine
 from runtimes.llamaserver.supervisor import ServingConfig
 from runtimes.llamaserver.toolreply import ReplyReader
@@ -112,6 +113,62 @@ def test_a_call_written_as_the_response_text_is_a_call() -> None:
         assert (reader.text, reader.calls) == (text, [])
     cut = _read(json.dumps({"response": inner})[:30], 1)
     assert (cut.text, cut.finish().text, cut.calls) == ("", "", [])
+
+
+def _chunk(delta: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
+    return {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "x",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": reason}],
+    }
+
+
+def _piece(index: int, arguments: str, name: str | None = None) -> dict[str, Any]:
+    head = {"id": f"call_{index}", "type": "function"} if name else {}
+    return {
+        "index": index,
+        **head,
+        "function": {"arguments": arguments, **({"name": name} if name else {})},
+    }
+
+
+def test_native_calls_pass_whole_or_not_at_all() -> None:
+    """llama-server's own calls: each let through once the next starts or the reply ends; at a
+    cut, a call whose arguments are not yet whole JSON is dropped."""
+    gate = CallGate("m", want_usage=False)
+    stream = [
+        _chunk({"role": "assistant", "content": None}),
+        _chunk({"tool_calls": [_piece(0, "", "get_weather")]}),
+        _chunk({"tool_calls": [_piece(0, '{"city": ')]}),
+        _chunk({"tool_calls": [_piece(0, '"Paris"}')]}),
+        _chunk({"tool_calls": [_piece(1, '{"city": "Ro', "get_time")]}),
+        _chunk({}, "length"),
+    ]
+    out = [gate.shape(chunk) for chunk in stream]
+    released = [
+        [p for c in o for ch in c["choices"] for p in ch["delta"].get("tool_calls", [])]
+        for o in out
+    ]
+    assert [len(r) for r in released] == [0, 0, 0, 0, 3, 0]  # call 0 once call 1 began
+    assert out[2] == [] and out[-1][0]["choices"][0]["finish_reason"] == "length"
+    whole = {
+        "choices": [
+            {
+                "finish_reason": "length",
+                "message": {
+                    "content": None,
+                    "tool_calls": [
+                        {"id": "a", "function": {"name": "f", "arguments": "{}"}},
+                        {"id": "b", "function": {"name": "f", "arguments": '{"x'}},
+                    ],
+                },
+            }
+        ]
+    }
+    keep_whole_calls(whole)
+    assert [c["id"] for c in whole["choices"][0]["message"]["tool_calls"]] == ["a"]
 
 
 def test_the_reply_schema_follows_the_choice() -> None:

@@ -32,6 +32,7 @@ from runtimes.gateway.inputs import items
 from runtimes.gateway.metrics import Metrics
 from runtimes.gateway.sse import DONE, HEAD_GRACE_S, event, streaming
 from runtimes.llamaserver import legacy, toolcalls
+from runtimes.llamaserver.callgate import CallGate
 from runtimes.llamaserver.counts import RequestCounts
 from runtimes.llamaserver.legacy import LegacyShaper
 from runtimes.llamaserver.relay import ChatShaper, Relay, Shaper, upstream_error
@@ -279,7 +280,10 @@ class LlamaServerEngine:
         if not body.stream:
             shaped = toolcalls.whole(self.model_id, emulated=False)
             return await self._answer(path, forwarded, call, shaped)
-        shaper = ChatShaper(self.model_id, want_usage=want_usage)
+        if body.tools and body.tool_choice != "none":  # llama-server's own calls, kept whole
+            shaper = CallGate(self.model_id, want_usage=want_usage)
+        else:
+            shaper = ChatShaper(self.model_id, want_usage=want_usage)
         return await self._stream(path, forwarded, shaper)
 
     async def completions(self, body: CompletionRequest, call: Call) -> Response:

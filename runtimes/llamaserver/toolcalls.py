@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from runtimes.gateway.errors import ApiError
+from runtimes.llamaserver.callgate import keep_whole_calls
 from runtimes.llamaserver.relay import ChatShaper, fix_whole
 from runtimes.llamaserver.toolreply import Call, ReplyReader
 from runtimes.requests import ChatCompletionRequest
@@ -199,6 +200,8 @@ def whole(model_id: str, *, emulated: bool) -> Callable[[dict[str, Any]], dict[s
         fix_whole(data, model_id, chat=True)
         if emulated:
             restore(data)
+        else:
+            keep_whole_calls(data)  # llama-server's own calls, cut by the length
         return data
 
     return shaped
