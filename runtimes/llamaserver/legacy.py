@@ -22,7 +22,8 @@ import httpx
 
 from runtimes.engine import Json
 from runtimes.gateway.errors import ApiError
-from runtimes.llamaserver.scoring import Item, Scored, count_tokens, prompt_text, score
+from runtimes.gateway.inputs import Item
+from runtimes.llamaserver.scoring import Scored, count_tokens, prompt_text, score
 from runtimes.requests import CompletionRequest
 
 MAX_SCORED = 16384  # prompt tokens one request may have scored (one short generation each)

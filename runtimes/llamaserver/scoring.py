@@ -20,10 +20,10 @@ from typing import Any
 import httpx
 
 from runtimes.gateway.errors import ApiError
+from runtimes.gateway.inputs import Item
 from runtimes.llamaserver.relay import upstream_error
 from runtimes.llamaserver.upstream import post
 
-Item = str | list[int]
 FORCE = 100.0  # the logit bias that makes the scored token the one generated
 
 
