@@ -302,7 +302,6 @@ class LlamaServerEngine:
         forwarded = legacy.request(call.json, body.logprobs)
         if not body.stream:
             return await self._answer("/completion", forwarded, call, partial(legacy.answer, shape))
-        forwarded["stream"] = True
         shaper = LegacyShaper(shape, want_usage=_wants_usage(body))
         return await self._stream("/completion", forwarded, shaper)
 
