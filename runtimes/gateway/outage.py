@@ -82,6 +82,7 @@ class UnavailableEngine:
     capabilities = frozenset({"chat", "completion", "embeddings"})  # refused by the outage
     inputs: tuple[Modality, ...] = ("text",)
     max_choices: int | None = None
+    vocabulary: int | None = None  # nothing loaded: token ids are refused (after the 503)
 
     def __init__(self, outage: Outage, runtime: str = "none") -> None:
         self.outage = outage

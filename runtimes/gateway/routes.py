@@ -14,14 +14,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from runtimes import requests as s
@@ -30,16 +30,22 @@ from runtimes.gateway import answers as a
 from runtimes.gateway.budget import PromptBudget
 from runtimes.gateway.errors import ApiError
 from runtimes.gateway.images import ImagePolicy, check_request, image_parts
+from runtimes.gateway.inputs import check_inputs, check_prompts
 from runtimes.gateway.metrics import Metrics
+from runtimes.gateway.openapi import describe
 from runtimes.gateway.outage import Advice, Outage, Reason, UnavailableEngine
 from runtimes.gateway.proofs import refusal
+from runtimes.gateway.responses import answers as ra
+from runtimes.gateway.responses.request import ResponseRequest
+from runtimes.gateway.responses.serve import respond
+from runtimes.gateway.responses.store import ResponseStore
+from runtimes.gateway.validation import validation_error
 from runtimes.requests import MAX_EMBEDDING_INPUTS
 
 __all__ = ["ERRORS", "ServerState", "install_error_handlers", "install_routes"]
 
 log = logging.getLogger("snapbuild.server")
 
-NOT_AN_OBJECT = ("model_attributes_type", "dict_type", "missing")
 LIVE_REFRESH_S = 1.0
 
 
@@ -62,6 +68,7 @@ class ServerState:
     detail: str | None = None
     load_error: BaseException | None = None
     created: int = field(default_factory=lambda: int(time.time()))
+    responses: ResponseStore = field(default_factory=ResponseStore)  # previous_response_id
     live: dict[str, float] = field(default_factory=dict)
     live_at: float = 0.0
     # the capabilities tried at start (runtimes.gateway.proofs) and why the last start failed
@@ -112,10 +119,13 @@ class ServerState:
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": a.ErrorResponse, "description": text}
     for code, text in (
-        (400, "Malformed JSON, context overflow, or an operation the engine does not support"),
+        (
+            400,
+            "Malformed JSON, a field with a wrong type or value (param names it), context "
+            "overflow, or an operation the engine does not support",
+        ),
         (404, "Unknown model id"),
         (413, "Request body too large"),
-        (422, "A field has a wrong type or value"),
         (503, "The model is still loading, failed to load, or its server is restarting"),
     )
 }
@@ -130,7 +140,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return _validation_error(exc.errors()).response()
+        return validation_error(exc.errors()).response()
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -143,42 +153,9 @@ def install_error_handlers(app: FastAPI) -> None:
         return ApiError(500, f"internal error: {exc}", type="server_error").response()
 
 
-PYDANTIC_TAGS = frozenset({"str", "int", "float", "bool", "none", "[key]"})
-
-
-def _validation_error(errors: Sequence[Any]) -> ApiError:
-    if any(e.get("type") in NOT_AN_OBJECT and tuple(e.get("loc", ())) == ("body",) for e in errors):
-        return ApiError(400, "the request body must be a JSON object", code="invalid_json")
-    if any(e.get("type") == "json_invalid" for e in errors):
-        detail = next(e for e in errors if e.get("type") == "json_invalid")
-        ctx = detail.get("ctx") or {}
-        return ApiError(
-            400,
-            f"the request body is not valid JSON: {ctx.get('error', detail.get('msg'))}",
-            code="invalid_json",
-        )
-    first = errors[0] if errors else {}
-    messages = "; ".join(f"{_field(e) or 'body'}: {e.get('msg')}" for e in errors[:5])
-    return ApiError(
-        422, f"invalid request: {messages}", param=_field(first) or None, code="invalid_value"
-    )
-
-
-def _field(error: Mapping[str, Any]) -> str:
-    """The request field an error is about, dotted (``messages.0.content``), without pydantic's
-    own steps: ``body``, a union member's tag (``str``, ``list[...]``, ``TextPart``) or ``[key]``
-    (a dict key that failed is named by the key before it)."""
-    parts = []
-    for part in error.get("loc", ()):
-        text = str(part)
-        internal = text in PYDANTIC_TAGS or "[" in text or text[:1].isupper()
-        if text != "body" and not (isinstance(part, str) and internal):
-            parts.append(text)
-    return ".".join(parts)
-
-
 def install_routes(app: FastAPI, state: ServerState) -> None:
     """The endpoints, answering from ``state``."""
+    describe(app, [a.ChatCompletionChunk, ra.ResponseEvent])
 
     @app.get("/health", response_model=a.Health, responses={503: {"model": a.Health}})
     async def health() -> JSONResponse:
@@ -257,30 +234,47 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
         """Continue a prompt; ``stream: true`` answers server-sent events ending in [DONE]."""
         _check_ready(state, body.model, "completion")
         _check_choices(state, body.n)
-        if isinstance(body.prompt, list) and len(body.prompt) != 1:
-            raise ApiError(400, "give exactly one prompt per request", param="prompt")
-        if not body.prompt or not (body.prompt if isinstance(body.prompt, str) else body.prompt[0]):
-            raise ApiError(400, "the prompt is empty; give some text", param="prompt")
+        check_prompts(body.prompt, state.engine.vocabulary, state.engine.runtime)
         if state.budget is not None:
             state.budget.check_completion(body)
         return await state.engine.completions(body, _call(await request.json(), request))
+
+    @app.post(
+        "/v1/responses",
+        response_model=ra.ResponseObject,
+        responses={**ERRORS, 200: _stream_doc(ra.ResponseEvent)},
+    )
+    async def responses(body: ResponseRequest, request: Request) -> Any:
+        """OpenAI's Responses API, answered by the model's chat: text and images in, function
+        tools, ``text.format``, ``stream: true`` for typed events, ``previous_response_id``
+        for responses this process kept."""
+        _check_ready(state, body.model, "chat")
+
+        async def chat(payload: dict[str, Any]) -> Response:
+            try:
+                checked = s.ChatCompletionRequest.model_validate(payload)
+            except ValidationError as exc:
+                raise validation_error(exc.errors()) from exc
+            checked, shown = await _checked_images(state, checked, payload)
+            return await state.engine.chat(checked, _call(shown, request))
+
+        return await respond(body, state.model_id, state.responses, chat)
+
+    @app.get("/v1/responses/{response_id}", response_model=ra.ResponseObject, responses=ERRORS)
+    async def stored_response(response_id: str) -> JSONResponse:
+        """A response this process kept (``store`` was not false)."""
+        stored = state.responses.find(response_id)
+        if stored is None:
+            raise ApiError(404, f"no stored response with id {response_id!r}",
+                           param="response_id", code="not_found")  # fmt: skip
+        return JSONResponse(stored.response)
 
     @app.post("/v1/embeddings", response_model=a.EmbeddingList, responses=ERRORS)
     async def embeddings(body: s.EmbeddingRequest, request: Request) -> Any:
         """Embed one text or a list of texts, where the engine computes embeddings."""
         _check_ready(state, body.model, "embeddings")
-        texts = [body.input] if isinstance(body.input, str) else body.input
-        if not texts or len(texts) > MAX_EMBEDDING_INPUTS:
-            raise ApiError(400, f"give between 1 and {MAX_EMBEDDING_INPUTS} inputs", param="input")
-        empty = [i for i, t in enumerate(texts) if not t.strip()]
-        if empty:
-            where = "input" if isinstance(body.input, str) else f"input[{empty[0]}]"
-            raise ApiError(
-                400,
-                f"{where} is empty: there is nothing to embed",
-                param="input",
-                code="empty_input",
-            )
+        engine = state.engine
+        check_inputs(body.input, MAX_EMBEDDING_INPUTS, engine.vocabulary, engine.runtime)
         call = _call(await request.json(), request)
         return JSONResponse(await state.engine.embeddings(body, call))
 
