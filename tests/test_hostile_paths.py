@@ -135,7 +135,8 @@ def test_a_failed_try_removes_its_work_directory(tmp_path: Path) -> None:
     manifest.write_text(yaml.safe_dump(data))
     env = {"SNAPBUILD_CACHE": str(tmp_path / "cache"), "TMPDIR": str(tmp_path / "tmp")}
     (tmp_path / "tmp").mkdir()
-    result = snapbuild("try", str(manifest), env=env, timeout=120)
+    # the development trial, whose work directory this is about (`--as snapd` packs first)
+    result = snapbuild("try", str(manifest), "--as", "trial", env=env, timeout=120)
     _bounded(result, "failed try")
     assert result.returncode != 0 and "cannot stage" in result.stderr
     assert list((tmp_path / "tmp").iterdir()) == []  # its mkdtemp work directory is gone

@@ -113,9 +113,11 @@ def test_try_installs_only_the_chosen_sizes_components(
         "decodes at least 5 tokens/s here; cpu is the only compatible engine (4 rejected)"
     ) in output.splitlines()
     assert installed(trial) == ["llamacpp-cpu", f"{NAME}-{BIG}-f16"]
-    # both sizes were offered (staged), as the Store offers every component
+    # both sizes were offered (staged), as the Store offers every component: every engine of
+    # a size that runs here, the rejected ones too (`use-engine E --force`)
     staged = sorted(p.name for p in trial.staged.iterdir())
-    assert staged == ["llamacpp-cpu", f"{NAME}-{SMALL}-f16", f"{NAME}-{BIG}-f16"]
+    engines = ["llamacpp-cpu", "llamacpp-cuda", "llamacpp-rocm", "llamacpp-vulkan", "openvino"]
+    assert staged == [*engines, f"{NAME}-{SMALL}-f16", f"{NAME}-{BIG}-f16"]
 
 
 def test_models_lists_every_size_with_its_reason(tried: tuple[Trial, str, int, int]) -> None:
