@@ -56,9 +56,16 @@ def test_nothing_fits_answers_503_with_every_reason(tmp_path: Path) -> None:
     data = yaml.safe_load(manifest.read_text())
     data["engines"][0]["requires"] = {"all-of": [{"cpu-flags": ["no-such-flag"]}]}  # nowhere
     manifest.write_text(yaml.safe_dump(data))
-    with snapbuild_serve(str(manifest), "--port", "auto", healthy=False) as base:
+    socket = tmp_path / "api.sock"
+    with snapbuild_serve(
+        str(manifest), "--port", "auto", "--unix-socket", str(socket), healthy=False
+    ) as base:
         body = health_until(base, lambda code, b: code == 503)
         assert (body["status"], body["reason"], body["engine"]) == ("error", "no-fit", "none")
+        # the same answer on the Unix socket (`--unix-socket`, as the snap serves in $SNAP_COMMON)
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(socket))) as local:
+            over_socket = local.get("http://localhost/health", timeout=10)
+        assert (over_socket.status_code, over_socket.json()["reason"]) == (503, "no-fit")
         assert body["detail"].startswith("no engine of broken fits this machine (main: ")
         error = refused(base, **CHAT)
         assert error["code"] == "no_engine_fits"

@@ -97,6 +97,12 @@ def _choose_engine(
     default=None,
     help="Port, or 'auto' for the next free one (default: the manifest's default port).",
 )
+@click.option(
+    "--unix-socket",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also serve the API on this Unix socket (as the snap does in $SNAP_COMMON).",
+)
 @click.option("--context-size", type=click.IntRange(min=16), default=None, help="Context tokens.")
 @click.option(
     "--threads",
@@ -123,6 +129,7 @@ def serve_cmd(
     force: bool,
     host: str,
     port_text: str | None,
+    unix_socket: Path | None,
     context_size: int | None,
     threads: int | None,
     slots: int | None,
@@ -142,7 +149,7 @@ def serve_cmd(
     try:
         manifest, selected, memory = _choose_engine(manifest, profile, engine, option, force)
     except NoEngineError as err:  # the port answers why, as the snap's does
-        serve_no_fit(manifest, err, host, port)
+        serve_no_fit(manifest, err, host, port, unix_socket)
     chosen = manifest.engine(selected.engine)
     assert chosen is not None
     found: list[Path] = []
@@ -179,12 +186,17 @@ def serve_cmd(
         llama_root=llama_root,
         memory=memory,
         machine=profile,
+        unix_socket=unix_socket,
     )
     run(options, on_listening=listening)
 
 
 def serve_no_fit(
-    manifest: Manifest, err: NoEngineError, host: str, port: int | str | None
+    manifest: Manifest,
+    err: NoEngineError,
+    host: str,
+    port: int | str | None,
+    unix_socket: Path | None = None,
 ) -> NoReturn:
     """Say why nothing fits, then answer 503 on the port saying the same until interrupted;
     exit 3 after, so a script still learns it."""
@@ -196,7 +208,9 @@ def serve_no_fit(
     outage = Outage("no-fit", detail, (err.resolution or "").capitalize())
     where = manifest.default_port if port is None else port
     where = str(manifest.default_port) if where == "auto" else where  # the first free from it
-    options = FallbackOptions(model_id=manifest.name, outage=outage, host=host, port=where)
+    options = FallbackOptions(
+        model_id=manifest.name, outage=outage, host=host, port=where, unix_socket=unix_socket
+    )
 
     def listening(bound_host: str, bound_port: int) -> None:
         click.echo(
