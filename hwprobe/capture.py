@@ -4,7 +4,8 @@ It copies exactly the files the probes read (cpuinfo, meminfo, PCI ids and drive
 topology, DRM/accel links, Intel local-memory files), keeps symlinks as symlinks, and writes
 what cannot be copied as the probes' replay files: NVML's answers as
 ``run/nvidia-smi/<slot>/...``, free disk as ``run/disk-stats.json``, OpenCL's answer as
-``run/clinfo.json``. Capturing a recorded machine gives back the same profile, which the tests
+``run/clinfo.json``, the Vulkan loader's device list as ``run/vulkan-devices.json`` beside the
+drivers' ICD manifests. Capturing a recorded machine gives back the same profile, which the tests
 check for every shared machine.
 """
 
@@ -21,7 +22,8 @@ from hwprobe.intel import CLINFO
 from hwprobe.memory import DISK_STATS, SNAP_STORE, probe_disk
 from hwprobe.nvidia import MIB, REPLAY_DIR, NvmlAnswers, NvmlFailure, NvmlQuery, gather_answers
 from hwprobe.pci import PCI_DEVICES
-from hwprobe.tables import pci_table
+from hwprobe.tables import pci_table, vulkan_table
+from hwprobe.vulkan import DEVICES_FILE, ICD_DIR, icd_paths, query_live
 
 PCI_FILES = (
     "class",
@@ -162,6 +164,23 @@ def _record_clinfo(rec: Recorder) -> None:
         rec.write(CLINFO, done.stdout)
 
 
+def _record_vulkan(rec: Recorder) -> None:
+    """The ICD manifests the loader reads (those found through the environment, such as a
+    snap's gpu-2404 drivers, land in /usr/share/vulkan/icd.d, where a replay looks) and the
+    device list: asked of the loader live, copied from a recording."""
+    manifests = icd_paths(rec.source)
+    standard = vulkan_table().icd_directories
+    for manifest in manifests:
+        text = rec.source.text(manifest, source="capture")
+        folder, _, name = manifest.rpartition("/")
+        if text is not None:
+            rec.write(manifest if folder in standard else f"{ICD_DIR}/{name}", text)
+    if not rec.source.is_live:
+        rec.copy(DEVICES_FILE)
+    elif manifests:
+        rec.write(DEVICES_FILE, json.dumps(query_live(), indent=2) + "\n")
+
+
 def capture(dest: str | Path, root: str = "/", *, nvml: NvmlQuery | None = None) -> list[str]:
     """Record the machine under ``root`` into ``dest``; the paths written, relative to it."""
     rec = Recorder(RootFS(root), Path(dest))
@@ -180,4 +199,5 @@ def capture(dest: str | Path, root: str = "/", *, nvml: NvmlQuery | None = None)
     ):
         _record_nvml(rec, nvml)
     _record_clinfo(rec)
+    _record_vulkan(rec)
     return rec.written

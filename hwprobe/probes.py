@@ -27,6 +27,7 @@ from hwprobe.pci import (
     scan_pci,
 )
 from hwprobe.profile import DisplayFacts, GpuFacts, HostProfile, NpuFacts
+from hwprobe.vulkan import start_vulkan
 
 
 def probe_hostname(fs: RootFS) -> str | None:
@@ -106,6 +107,7 @@ def probe_host(
     it a live root asks the driver and a recorded root reads ``run/nvidia-smi``.
     """
     fs = RootFS(root)
+    vulkan = start_vulkan(fs)  # the live device query runs while the other probes do
     cpus = probe_cpus(fs)
     memory = probe_memory(fs)
     disk = probe_disk(fs, disk_path)
@@ -123,6 +125,7 @@ def probe_host(
         gpus=gpus,
         npus=npus,
         displays=displays,
+        vulkan=vulkan(),  # software Vulkan devices (lavapipe) are reported here, never as GPUs
         runtimes=runtime_facts,
         warnings=tuple(fs.warnings),
     )

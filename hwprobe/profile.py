@@ -22,6 +22,7 @@ SCHEMA_VERSION = 1
 
 X86Level = Literal["x86-64-v1", "x86-64-v2", "x86-64-v3", "x86-64-v4"]
 DeviceKind = Literal["cpu", "gpu", "npu"]
+VulkanDeviceType = Literal["discrete-gpu", "integrated-gpu", "virtual-gpu", "cpu", "other"]
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -36,6 +37,9 @@ __all__ = [
     "PciIds",
     "ProbeWarning",
     "RuntimeFacts",
+    "VulkanDeviceFacts",
+    "VulkanDriverFacts",
+    "VulkanFacts",
     "X86Level",
     "kebab",
 ]
@@ -139,10 +143,55 @@ class DisplayFacts(Kebab):
 
 
 @dataclass(frozen=True, kw_only=True)
+class VulkanDriverFacts(Kebab):
+    """One installed Vulkan driver: an ICD manifest the Vulkan loader would read."""
+
+    manifest: str  # the manifest's path on the machine
+    library: str | None = None  # its ``library_path``
+    api_version: str | None = None
+    # a driver that renders on the CPU (Mesa's lavapipe, SwiftShader): hwprobe/data/vulkan.yaml
+    software: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class VulkanDeviceFacts(Kebab):
+    """One Vulkan physical device, as the loader enumerates it.
+
+    A device of type ``cpu`` (lavapipe/llvmpipe, SwiftShader) is software running on the CPU:
+    ``software`` is true and it is never listed among the GPUs.
+    """
+
+    index: int  # the loader's order: what GGML_VK_VISIBLE_DEVICES counts in
+    name: str
+    device_type: VulkanDeviceType
+    software: bool
+    vendor_id: str  # "0x10de"; Mesa's software devices use Khronos ids such as "0x10005"
+    device_id: str
+    api_version: str | None = None
+    driver_name: str | None = None
+    driver_info: str | None = None
+    memory: int | None = None  # bytes, counted as llama.cpp's Vulkan backend counts them
+    pci_slot: str | None = None  # "0000:01:00.0" when the driver reports it (VK_EXT_pci_bus_info)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VulkanFacts(Kebab):
+    """The Vulkan drivers installed and the devices they expose."""
+
+    drivers: tuple[VulkanDriverFacts, ...] = ()
+    devices: tuple[VulkanDeviceFacts, ...] | None = None  # None: not enumerated here
+
+    @property
+    def software_devices(self) -> tuple[VulkanDeviceFacts, ...]:
+        """The devices that run on the CPU."""
+        return tuple(d for d in self.devices or () if d.software)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ProbeWarning(Kebab):
     """Something a probe could not read, and how to fix it."""
 
-    source: str  # "cpu", "memory", "disk", "pci", "nvml", "amd", "intel", "npu", "runtimes"
+    source: str  # "cpu", "memory", "disk", "pci", "nvml", "amd", "intel", "npu", "vulkan"...
     message: str
     resolution: str | None = None
 
@@ -171,6 +220,7 @@ class HostProfile(Kebab):
     gpus: tuple[GpuFacts, ...] = ()
     npus: tuple[NpuFacts, ...] = ()
     displays: tuple[DisplayFacts, ...] = ()
+    vulkan: VulkanFacts | None = None  # None: no Vulkan driver or record found
     runtimes: RuntimeFacts | None = None
     warnings: tuple[ProbeWarning, ...] = ()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from hwprobe.profile import CpuFacts, GpuFacts, HostProfile, NpuFacts
+from hwprobe.profile import CpuFacts, GpuFacts, HostProfile, NpuFacts, VulkanFacts
 from snapcommon.sizes import gib as size
 
 GpuUses = Callable[[GpuFacts], Sequence[str]]
@@ -61,6 +61,21 @@ def _npu_line(npu: NpuFacts) -> str:
     return f"NPU:     {npu.vendor} {npu.name or ''} [{slot}] {driver}; {use}"
 
 
+def _vulkan_lines(vulkan: VulkanFacts | None) -> list[str]:
+    """One line per Vulkan device; a software one says it is the CPU, not a GPU."""
+    if vulkan is None:
+        return []
+    if vulkan.devices is None:
+        names = ", ".join(d.manifest.rpartition("/")[2] for d in vulkan.drivers)
+        return [f"Vulkan:  drivers {names or 'none'}; devices not listed"]
+    lines = []
+    for dev in vulkan.devices:
+        where = dev.pci_slot or f"device {dev.index}"
+        kind = "software, runs on the CPU: not a GPU" if dev.software else dev.device_type
+        lines.append(f"Vulkan:  {dev.name} [{where}] {kind}")
+    return lines or ["Vulkan:  drivers installed, no device"]
+
+
 def summary(profile: HostProfile, gpu_uses: GpuUses | None = None) -> str:
     """A few lines a person reads at a glance; ``--json`` is for programs. ``gpu_uses`` adds
     "good for ..." to each GPU line (None: facts only)."""
@@ -75,6 +90,7 @@ def summary(profile: HostProfile, gpu_uses: GpuUses | None = None) -> str:
         lines.append(f"Disk:    {size(disk.free)} free of {size(disk.total)} at {disk.path}")
     lines += [_gpu_line(g, gpu_uses) for g in profile.gpus] or ["GPU:     none that can run models"]
     lines += [_npu_line(n) for n in profile.npus]
+    lines += _vulkan_lines(profile.vulkan)
     for display in profile.displays:
         slot = display.pci.slot if display.pci else "?"
         lines.append(f"Display: {display.vendor} {display.name or ''} [{slot}]: {display.reason}")

@@ -122,6 +122,16 @@ class NvmlTable(Kebab):
     fallback: NvmlErrorEntry
 
 
+@dataclass(frozen=True, kw_only=True)
+class VulkanTable(Kebab):
+    """``data/vulkan.yaml``."""
+
+    schema_version: Literal[1]
+    software_libraries: dict[str, str]
+    software_driver_ids: dict[int, str]
+    icd_directories: tuple[str, ...]
+
+
 def load_yaml(name: str) -> Any:
     """Parse one of the package's data files (the C loader when PyYAML has it: startup matters)."""
     import yaml
@@ -150,6 +160,12 @@ def nvml_table() -> NvmlTable:
 
 
 @functools.cache
+def vulkan_table() -> VulkanTable:
+    """The Vulkan table, loaded on first use."""
+    return build(VulkanTable, load_yaml("vulkan.yaml"))
+
+
+@functools.cache
 def _device_index() -> dict[tuple[str, str], DeviceEntry]:
     return {(d.vendor, d.device): d for d in pci_table().devices}
 
@@ -159,12 +175,18 @@ def known_device(vendor_id: str, device_id: str) -> DeviceEntry | None:
     return _device_index().get((vendor_id, device_id))
 
 
-TABLES: dict[str, type[Kebab]] = {"pci": PciTable, "cpu": CpuTable, "nvml": NvmlTable}
+TABLES: dict[str, type[Kebab]] = {
+    "pci": PciTable,
+    "cpu": CpuTable,
+    "nvml": NvmlTable,
+    "vulkan": VulkanTable,
+}
 
 
 def validate_table(name: str, data: Any) -> Kebab:
-    """Strictly validate parsed table ``name`` ("pci", "cpu", "nvml"): the schema's types and
-    keys (pydantic, imported here only), then the hex-id formats the prober compares against.
+    """Strictly validate parsed table ``name`` ("pci", "cpu", "nvml", "vulkan"): the schema's
+    types and keys (pydantic, imported here only), then the id and path formats the prober
+    compares against.
 
     Raises ValueError (pydantic's ValidationError is one) saying what is wrong and where.
     """
@@ -175,6 +197,8 @@ def validate_table(name: str, data: Any) -> Kebab:
         _check_pci(table)
     elif isinstance(table, CpuTable):
         _check_cpu(table)
+    elif isinstance(table, VulkanTable):
+        _check_vulkan(table)
     return table
 
 
@@ -203,3 +227,12 @@ def _check_cpu(table: CpuTable) -> None:
                 f"cpu.yaml x86-64-levels: {entry.level} lists no flags; give the cpuinfo flags "
                 "that level adds"
             )
+
+
+def _check_vulkan(table: VulkanTable) -> None:
+    for name in table.software_libraries:
+        if "/" in name or not name.startswith("lib"):
+            raise ValueError(f"vulkan.yaml software-libraries: {name!r} is not a library file name")
+    for path in table.icd_directories:
+        if not path.startswith("/") or not path.endswith("/vulkan/icd.d"):
+            raise ValueError(f"vulkan.yaml icd-directories: {path!r} is not /.../vulkan/icd.d")

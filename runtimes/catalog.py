@@ -80,6 +80,21 @@ class Variant(KebabModel):
     cpu_fallback: bool = False  # also keep the CPU engines
 
 
+class Offload(KebabModel):
+    """How llama-server puts a GPU runtime's layers on the device the selector chose."""
+
+    backend: Literal["cuda", "vulkan", "hip"]  # the module usr/bin/libggml-<backend>.so
+    device_name: str  # llama.cpp names the backend's devices <device-name>0, 1...
+    visible_devices: str  # the backend's variable restricting it to some devices
+    device_order: Literal["pci", "vulkan"]  # what that variable counts
+    environment: dict[str, str] = Field(default_factory=dict)  # set with it
+
+    @property
+    def module(self) -> str:
+        """The backend module's file name in the component's ``usr/bin``."""
+        return f"libggml-{self.backend}.so"
+
+
 class RuntimeEntry(KebabModel):
     """One runtime id: a family (llama.cpp, openvino, onnxruntime) on one device class."""
 
@@ -103,6 +118,7 @@ class RuntimeEntry(KebabModel):
     component: str  # the snap component holding this runtime build
     interfaces: tuple[str, ...] = ()  # snap interfaces the runtime needs beyond the base set
     extensions: tuple[Literal["gpu"], ...] = ()  # snapcraft extensions its apps need
+    offload: Offload | None = None  # llama.cpp GPU runtimes: how layers reach the device
     architectures: tuple[str, ...] = ()  # where it builds and runs; empty: everywhere
     build: BuildRecipe | None = None  # the builder's part recipe (snapbuild.project)
 

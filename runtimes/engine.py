@@ -80,8 +80,9 @@ class Engine(Protocol):
 
     Before a request reaches ``chat``, ``completions`` or ``embeddings`` the gateway has checked
     everything that does not depend on the engine: the model id, the capability, readiness, the
-    number of choices against :attr:`max_choices`, images against :attr:`inputs`, exactly one
-    non-empty prompt, 1 to ``MAX_EMBEDDING_INPUTS`` non-empty texts.
+    number of choices against :attr:`max_choices`, images against :attr:`inputs`, 1 to
+    ``MAX_PROMPTS`` non-empty prompts, 1 to ``MAX_EMBEDDING_INPUTS`` non-empty inputs, token ids
+    against :attr:`vocabulary`.
     """
 
     notes: list[str]  # what the engine chose differently from what was asked (logged at start)
@@ -105,6 +106,12 @@ class Engine(Protocol):
     def max_choices(self) -> int | None:
         """The most choices (``n``) one request may ask for, which the gateway enforces; None:
         the engine checks ``n`` itself and says why in its own words."""
+        ...
+
+    @property
+    def vocabulary(self) -> int | None:
+        """How many token ids the model knows, once loaded (prompts and inputs given as ids are
+        checked against it); None: the engine takes text only, and ids are refused."""
         ...
 
     async def start(self) -> None:

@@ -6,8 +6,8 @@ protocol names them, so that both can import them and neither imports the other.
 the OpenAPI document (FastAPI derives it from them), so keeping them precise keeps the served
 document accurate. Requests ignore fields they do not know, like OpenAI-compatible servers
 commonly do, so clients that send extra options still work (and a llama-server engine still
-forwards them: it relays the client's own JSON); wrong types or values are 422 errors that name
-the field.
+forwards them: it relays the client's own JSON); wrong types or values are 400 errors that name
+the field (:mod:`runtimes.gateway.validation`), as OpenAI answers them.
 """
 
 from __future__ import annotations
@@ -18,6 +18,16 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 MAX_EMBEDDING_INPUTS = 2048  # texts in one embeddings request (the gateway refuses more)
+# Every count is a 32-bit integer in llama.cpp (and OpenAI refuses larger ones): a bigger value
+# would wrap (4294967301 tokens became 5), so it is a 422 naming the field.
+INT32_MAX = (1 << 31) - 1
+Tokens = Annotated[int, Field(ge=1, le=INT32_MAX)]
+MAX_PROMPTS = 128  # prompts in one completions request: each is n generations in the queue
+
+# OpenAI's prompt (and embeddings input): a text, texts, token ids, or lists of token ids; the
+# gateway checks the ids against the model's vocabulary (runtimes.gateway.inputs)
+TokenIds = list[int]
+Prompt = str | list[str] | TokenIds | list[TokenIds]
 
 
 class _Request(BaseModel):
@@ -96,7 +106,9 @@ class _Sampling(_Request):
     model: str = Field(description="The model id: the snap's name (see GET /v1/models).")
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
-    top_k: int | None = Field(default=None, ge=0, description="Extension: top-k sampling.")
+    top_k: int | None = Field(
+        default=None, ge=0, le=INT32_MAX, description="Extension: top-k sampling."
+    )
     seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
     stop: str | Annotated[list[str], Field(max_length=16)] | None = Field(
         default=None, description="Up to 16 stop strings, of any length; never in the output."
@@ -180,8 +192,8 @@ class ChatCompletionRequest(_Sampling):
     """POST /v1/chat/completions."""
 
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: Tokens | None = None
+    max_completion_tokens: Tokens | None = None
     response_format: ResponseFormat | None = None
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
@@ -191,20 +203,35 @@ class ChatCompletionRequest(_Sampling):
 
 
 class CompletionRequest(_Sampling):
-    """POST /v1/completions (one prompt per request)."""
+    """POST /v1/completions: OpenAI's legacy endpoint, ``n`` choices for each prompt."""
 
-    prompt: str | list[str] = Field(description="One prompt (a list must hold exactly one).")
-    max_tokens: int | None = Field(default=16, ge=1)
-    logprobs: int | None = Field(default=None, ge=0, le=5)
-    echo: bool = False
+    prompt: Prompt = Field(
+        description=f"A text, a list of texts (up to {MAX_PROMPTS}), token ids, or a list of "
+        "token-id lists; choice i*n+j is the j-th choice of prompt i."
+    )
+    max_tokens: int | None = Field(
+        default=16,
+        ge=0,
+        le=INT32_MAX,
+        description="0 generates nothing: with echo, the prompt is scored.",
+    )
+    logprobs: int | None = Field(
+        default=None,
+        ge=0,
+        le=5,
+        description="Log probabilities of the tokens, and of this "
+        "many alternatives each (legacy shape: tokens, token_logprobs, top_logprobs, text_offset).",
+    )
+    echo: bool = Field(default=False, description="Put the prompt before the completion.")
 
 
 class EmbeddingRequest(_Request):
     """POST /v1/embeddings."""
 
     model: str
-    input: str | list[str] = Field(
-        description=f"A text or a list of texts (at most {MAX_EMBEDDING_INPUTS})."
+    input: Prompt = Field(
+        description=f"A text, a list of texts (at most {MAX_EMBEDDING_INPUTS}), token ids, or a "
+        "list of token-id lists."
     )
     encoding_format: Literal["float", "base64"] = "float"
     user: str | None = None

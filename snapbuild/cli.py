@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from snapbuild import __version__
-from snapcommon.errors import EXIT_FAILURE, SnapbuildError, report_unexpected
+from snapcommon.errors import EXIT_FAILURE, SnapbuildError, report_unexpected, user_os_error
 
 # command name -> "module:attribute" of a click.Command
 COMMANDS: dict[str, str] = {
@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "validate": "snapbuild.commands.selection:validate_cmd",
     "serve": "snapbuild.commands.serving:serve_cmd",
     "fetch": "snapbuild.commands.serving:fetch_cmd",
+    "discover": "snapbuild.commands.discover:discover_cmd",
     "make": "snapbuild.commands.building:make_cmd",
     "matrix": "snapbuild.commands.building:matrix_cmd",
     "ci": "snapbuild.commands.building:ci_cmd",
@@ -84,6 +85,14 @@ def run_cli(command: click.Command, argv: list[str] | None = None, **extra: Any)
         return 130
     except BrokenPipeError:
         return EXIT_FAILURE
+    except OSError as exc:  # a full disk, a read-only place: the user's; anything else: ours
+        error = user_os_error(exc)
+        if error is None:
+            return report_unexpected(
+                exc, str(extra.get("prog_name") or command.name or "snapbuild")
+            )
+        error.report()
+        return error.exit_code
     except Exception as exc:  # a bug of ours: a message and a log file, never a stack dump
         return report_unexpected(exc, str(extra.get("prog_name") or command.name or "snapbuild"))
     return 0

@@ -11,6 +11,7 @@ sees a message and an exit code rather than a stack dump (craft-application does
 
 from __future__ import annotations
 
+import errno
 import importlib
 import json
 import os
@@ -85,6 +86,32 @@ class NoEngineError(SnapbuildError):
     """No engine of the manifest fits this host (exit 3)."""
 
     exit_code = EXIT_NO_ENGINE
+
+
+# What an OSError means when it is the machine's state, the user's to change (a full disk, a
+# read-only or forbidden place), and how to fix it: a message and exit 2, never a traceback.
+USER_ERRNOS: dict[int, tuple[str, str]] = {
+    errno.ENOSPC: ("the disk is full", "free some space on that disk, or write elsewhere"),
+    errno.EDQUOT: ("the disk quota is used up", "free some space, or write elsewhere"),
+    errno.EFBIG: ("the file is too large for this file system", "write it elsewhere"),
+    errno.EROFS: ("the file system is read-only", "give a writable location"),
+    errno.EACCES: ("permission denied", "check the permissions, or give another location"),
+    errno.EPERM: ("operation not permitted", "check the permissions, or give another location"),
+}
+
+
+def user_os_error(exc: OSError) -> UsageError | None:
+    """The :class:`UsageError` for an OSError the user can fix (:data:`USER_ERRNOS`), naming the
+    file; None for any other (a bug of ours)."""
+    meaning = USER_ERRNOS.get(exc.errno or 0)
+    if meaning is None:
+        return None
+    where = f"{exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 else "")
+    return UsageError(
+        f"{where}: {meaning[0]}" if exc.filename else meaning[0],
+        details=exc.strerror,
+        resolution=meaning[1],
+    )
 
 
 def optional_module(name: str, purpose: str) -> ModuleType:

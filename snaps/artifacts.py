@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from snapbuild.manifest.model import Manifest
 from snapbuild.project.engine_data import (
@@ -42,12 +40,11 @@ from snapbuild.project.engine_data import (
     read_engine_data,
 )
 from snapcommon.errors import EXIT_NO_ENGINE, SnapbuildError
-from snapcommon.files import write_atomically
+from snaps import verify
 from snaps.env import SnapEnv
 
 CHUNK = 8 * 1024 * 1024
 SPACE_MARGIN = 64 * 1024 * 1024  # keep this much free after joining: the disk is shared
-VERIFIED_DIR = ".verified"  # under $SNAP_COMMON/artifacts: what was checked, per artifact
 GGUF_SPLIT_RE = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
 
 
@@ -117,7 +114,7 @@ def resolve_projector(env: SnapEnv, manifest: Manifest, engine: str) -> Path | N
 
 def _resolve_artifact(env: SnapEnv, manifest: Manifest, artifact: str, engine: str) -> Path:
     lay = layout(env, manifest, artifact)
-    base = assembled_dir(env, lay.name) if lay.assembled else env.component_dir(lay.components[0])
+    base = _base(env, lay)
     missing = [f.path for f in lay.files if not (base / f.path).is_file()]
     if missing:
         where = "joined/gathered at install time" if lay.assembled else "in its component"
@@ -148,14 +145,25 @@ def ready(env: SnapEnv, manifest: Manifest, engine: str, say: Callable[[str], No
     """Put ``engine``'s weights in loadable shape and return the path the runtime loads.
 
     Joins and gathers (verified), then removes joined copies of artifacts ``engine`` does not
-    use, so a switch does not leave old weights filling the disk.
+    use, so a switch does not leave old weights filling the disk; every file the engine loads
+    is hashed once before its first load (:mod:`snaps.verify`).
     """
     prepare(env, manifest, engine, say)
     eng = manifest.engine(engine)
     assert eng is not None  # prepare raised otherwise
     for name in prune(env, keep={a.name for a in manifest.engine_artifacts(eng)}):
         say(f"removed the joined copy of {name}: no engine uses it any more")
-    return resolve(env, manifest, engine)
+    path = resolve(env, manifest, engine)
+    for artifact in manifest.engine_artifacts(eng):
+        lay = layout(env, manifest, artifact.name)
+        loaded = {f.path: (_base(env, lay) / f.path).resolve() for f in lay.files if not f.joined}
+        verify.check_once(env, manifest, lay.name, loaded, say)  # joined ones: checked at join
+    return path
+
+
+def _base(env: SnapEnv, lay: ArtifactLayout) -> Path:
+    """Where the runtime loads ``lay``'s files from: the assembled copy, or its component."""
+    return assembled_dir(env, lay.name) if lay.assembled else env.component_dir(lay.components[0])
 
 
 def prepare(
@@ -292,9 +300,9 @@ def _corrupt(
     want: str,
     got: str,
     piece: PieceRef | None = None,
-) -> ArtifactError:
+) -> verify.CorruptArtifact:
     comps = [piece.component] if piece else sorted({p.component for p in file.pieces})
-    return ArtifactError(
+    return verify.CorruptArtifact(
         f"cannot join {lay.name}/{file.path}: {what} is corrupt (sha256 mismatch)",
         details=f"expected sha256 {want}, got {got}; nothing was written",
         resolution="Reinstall the component(s) ("
@@ -311,39 +319,18 @@ def _shard_sums(manifest: Manifest, artifact: str, file: FileLayout) -> list[str
     return []
 
 
-def _verified_record(env: SnapEnv, artifact: str) -> Path:
-    return artifacts_root(env) / VERIFIED_DIR / f"{artifact}.json"
-
-
-def _read_verified(env: SnapEnv, artifact: str) -> dict[str, Any]:
-    path = _verified_record(env, artifact)
-    if not path.is_file():
-        return {}
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return data
-
-
 def _mark_verified(env: SnapEnv, artifact: str, file: FileLayout, dest: Path) -> None:
-    """Record the checked copy (checksum, size, mtime) so later hooks need not hash it again."""
-    record = _read_verified(env, artifact)
-    st = dest.stat()
-    record[file.path] = {"sha256": file.sha256, "size": st.st_size, "mtime-ns": st.st_mtime_ns}
-    path = _verified_record(env, artifact)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, json.dumps(record, indent=2) + "\n")
+    """Record the checked copy so later hooks need not hash it again."""
+    verify.mark(env, artifact, file.path, dest, file.sha256 or "")
 
 
 def _verified(env: SnapEnv, artifact: str, file: FileLayout, target: Path) -> bool:
     """A verified copy is there, unchanged since it was checked."""
-    entry = _read_verified(env, artifact).get(file.path)
     dest = target / file.path
-    if not entry or not dest.is_file() or dest.is_symlink():
+    if not dest.is_file() or dest.is_symlink() or not file.sha256:
         return False
-    st = dest.stat()
-    return (
-        entry.get("sha256") == file.sha256
-        and entry.get("size") == st.st_size == file.size
-        and entry.get("mtime-ns") == st.st_mtime_ns
+    return dest.stat().st_size == file.size and verify.holds(
+        env, artifact, file.path, dest, file.sha256
     )
 
 
@@ -362,10 +349,10 @@ def prune(env: SnapEnv, *, keep: set[str]) -> list[str]:
     root = artifacts_root(env)
     removed: list[str] = []
     for path in sorted(root.iterdir()) if root.is_dir() else ():
-        if path.name == VERIFIED_DIR or path.name in keep or not path.is_dir():
+        if path.name == verify.VERIFIED_DIR or path.name in keep or not path.is_dir():
             continue
         shutil.rmtree(path)
         with contextlib.suppress(FileNotFoundError):
-            _verified_record(env, path.name).unlink()
+            verify.record_path(env, path.name).unlink()
         removed.append(path.name)
     return removed

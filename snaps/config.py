@@ -1,4 +1,5 @@
-"""The snap's settings (port, host, context-size, engine, model, env.*) and their rules.
+"""The snap's settings (port, host, context-size, engine, engine-enabled, model, env.*) and their
+rules.
 
 A change is validated as a whole before anything is written, so a rejected ``set`` leaves the
 configuration exactly as it was. ``env.*`` keys reach the runtime as environment variables;
@@ -21,7 +22,16 @@ from snapbuild.manifest.model import Manifest
 from snapbuild.selection.decision import Candidate
 from snapcommon.errors import UsageError
 
-KEYS = ("port", "host", "context-size", "engine", "cors-origins", "remote-images", "model")
+KEYS = (
+    "port",
+    "host",
+    "context-size",
+    "engine",
+    "engine-enabled",
+    "cors-origins",
+    "remote-images",
+    "model",
+)
 BOOLEANS = ("true", "false")
 ORIGIN_RE = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(:\d{1,5})?$")
 DEFAULT_HOST = "127.0.0.1"
@@ -74,6 +84,8 @@ class Settings:
     cors_origins: str = ""
     # "true": the server fetches http(s) image URLs itself (bounded); default: data: URLs only
     remote_images: str = "false"
+    # "false": the operator switched the engine off; the server keeps the port and answers 503
+    engine_enabled: str = "true"
     # a model ladder: the option (size) to run, or "auto"; None for a snap with one model
     model: str | None = None
 
@@ -90,6 +102,7 @@ class Settings:
             "engine": self.engine,
             "cors-origins": self.cors_origins,
             "remote-images": self.remote_images,
+            "engine-enabled": self.engine_enabled,
             **({"model": self.model} if self.model is not None else {}),
             "env": dict(sorted(self.env.items())),
         }
@@ -170,6 +183,7 @@ def effective(
         env=env,
         cors_origins=str(stored.get("cors-origins") or ""),
         remote_images=str(stored.get("remote-images") or "false").lower(),
+        engine_enabled=str(stored.get("engine-enabled", "true")).lower(),
         model=str(stored.get("model") or AUTO) if manifest.is_ladder or "model" in stored else None,
     )
 
@@ -292,6 +306,11 @@ def validate(
         problems.append(
             f"remote-images must be true or false, not {settings.remote_images!r} (true lets the "
             "server fetch http(s) image URLs that clients send)"
+        )
+    if settings.engine_enabled not in BOOLEANS:
+        problems.append(
+            f"engine-enabled must be true or false, not {settings.engine_enabled!r} (false stops "
+            "the engine; the API keeps its port and answers 503 saying so)"
         )
     for name in settings.env:
         if not ENV_NAME_RE.match(name):

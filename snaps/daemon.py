@@ -1,31 +1,45 @@
 """The server app (`inference-snap daemon`): start the API for the recorded engine.
 
 It checks before it loads: when nothing fits, or the recorded engine does not fit this machine
-(any more), it exits 3 at once with a message in the service log, instead of loading weights,
-being killed for memory and being restarted by systemd again and again.
+(any more), or the operator switched the engine off, it loads nothing and answers on the port
+why, instead of loading weights, being killed for memory and being restarted by systemd again
+and again (:mod:`snaps.fallback`). Whatever stops the engine from serving, the port answers.
 
 The components it needs may not be there yet when it starts: snapd installs the components an
 install hook asks for only after the hook has succeeded, and may start the service meanwhile. So
 the daemon waits for them (a few minutes, saying so in the log and in `status`) rather than
 failing into a restart loop, then joins or gathers the weights (:func:`snaps.artifacts.ready`),
-then serves.
+then serves, and publishes where (:mod:`snaps.discovery`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from hwprobe.profile import HostProfile
+from runtimes.gateway.outage import Reason
 from snapbuild.selection.decision import Decision
+from snapbuild.serving.discovery import socket_path
 from snapbuild.serving.threads import default_threads
 from snapcommon.errors import EXIT_NO_ENGINE, SnapbuildError
 from snapcommon.files import write_atomically
-from snaps import artifacts, config
+from snaps import artifacts, config, discovery
+from snaps.fallback import (
+    NothingFits,
+    Unservable,
+    advice,
+    disabled,
+    nothing_fits,
+    outage_of,
+    serve_outage,
+)
 from snaps.manager import Context, components_for, engine_components, probe_host, select
 
 REEXEC_MARK = "SNAPBUILD_DAEMON_REEXEC"
@@ -47,11 +61,35 @@ def log(message: str) -> None:
 
 
 def note(ctx: Context, phase: str, message: str) -> None:
-    """Tell `status` what the daemon is doing (written atomically)."""
-    path = ctx.env.daemon_status_path
+    """Tell `status` what the daemon is doing (written atomically, where it can be)."""
     data = {"pid": os.getpid(), "phase": phase, "message": message}
-    with contextlib.suppress(OSError):  # a status note must never stop the server
-        write_atomically(path, json.dumps(data, indent=2) + "\n")
+    for path in ctx.env.daemon_status_paths:
+        with contextlib.suppress(OSError):  # a status note must never stop the server
+            write_atomically(path, json.dumps(data, indent=2) + "\n")
+            return
+
+
+class StateUnusable(DaemonError):
+    """$SNAP_DATA is missing or cannot be written: a restart would fail the same way."""
+
+
+def check_state_dir(path: Path) -> None:
+    """The daemon records its settings and notes in ``path`` ($SNAP_DATA): it must be a
+    writable directory. Written to, not asked: root passes every permission check."""
+    probe = path / f".daemon-check-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        why = {errno.ENOENT: "missing", errno.ENOTDIR: "not a directory"}.get(
+            exc.errno or 0, exc.strerror or str(exc)
+        )
+        raise StateUnusable(
+            f"the snap's data directory {path} cannot be used ({why}); the server does not start",
+            details="the server records its settings and its state there ($SNAP_DATA)",
+            resolution="make it a writable directory again (reinstalling the snap recreates it), "
+            "then `snapctl start` the service",
+        ) from None
 
 
 def _wait_limit() -> float:
@@ -148,11 +186,10 @@ def check_fit(ctx: Context, engine: str, forced: bool, option: str | None = None
     decision = select(ctx.manifest, host, engine=engine, option=option, only_cpu=only_cpu)
     cand = decision.candidate(engine, option)
     if cand is None or not cand.compatible:
-        raise DaemonError(
+        raise NothingFits(
             f"engine {engine} does not fit this machine now; not starting",
             details="; ".join(cand.blockers) if cand else "the engine is not in this snap",
             resolution=f"Free memory, or run `{ctx.env.name} use-engine --auto`.",
-            exit_code=EXIT_NO_ENGINE,
         )
     return host
 
@@ -166,31 +203,42 @@ def runtime_threads(host: HostProfile, env: dict[str, str]) -> int | None:
     return default_threads(host)
 
 
-class ModelUnloadable(DaemonError):
+class ModelUnloadable(Unservable):
     """The model file cannot be loaded: a restart would fail the same way."""
+
+    reason: Reason = "load-failed"
 
 
 def run() -> None:
     """Start the server for the recorded decision with the configured settings.
 
-    A model that cannot load (not a model file, or the runtime refuses it) ends the daemon
-    with exit status 0 after logging the cause: snapd's ``restart-condition: on-failure`` then
-    leaves it stopped, where a failure status would restart it into the same error until
-    systemd's start limit. ``status`` shows the cause (phase ``failed``).
+    Whatever keeps the engine from serving (nothing fits, the operator disabled it, the weights
+    do not load, the components never came), the daemon keeps running and answers on the port
+    why and what to do (:func:`snaps.fallback.serve_outage`); snapd restarts it when the
+    operator changes the engine or the settings. Only a port it cannot have ends it.
+    A $SNAP_DATA that is missing or read-only is the exception: the daemon could record
+    nothing, so it logs why and ends with exit status 0 (snapd's ``restart-condition:
+    on-failure`` then leaves it stopped; the note goes to $SNAP_COMMON).
     """
-    from runtimes.engine import RuntimeFailure
+    from runtimes.gateway.server import PortInUseError
 
     ctx = Context.load()
     try:
+        check_state_dir(ctx.env.data)
         _run(ctx)
-    except (ModelUnloadable, RuntimeFailure) as err:
-        note(ctx, "failed", err.brief)
-        err.report()
-        log("not restarting: the model cannot load, and would not on a restart either")
-        raise SystemExit(0) from None
-    except SnapbuildError as err:
+    except PortInUseError as err:
         note(ctx, "failed", err.brief)
         raise
+    except StateUnusable as err:
+        note(ctx, "failed", err.brief)
+        err.report()
+        log("not restarting: a restart would fail the same way")
+        raise SystemExit(0) from None
+    except SnapbuildError as err:
+        outage = outage_of(ctx, err)
+        note(ctx, "unavailable", f"{outage.reason}: {err.brief}")
+        err.report()
+        serve_outage(ctx, outage)
 
 
 def check_loadable(path: Path, fmt: str) -> None:
@@ -209,19 +257,32 @@ def check_loadable(path: Path, fmt: str) -> None:
 def _run(ctx: Context) -> None:
     decision = ctx.require_decision()
     state = ctx.state()
-    if decision.selected is None:
-        raise DaemonError(
-            "no engine fits this machine; the server does not start",
-            details=state.problem,
-            resolution=f"Run `{ctx.env.name} status` for the reasons.",
-            exit_code=EXIT_NO_ENGINE,
-        )
-    engine, option = decision.selected.engine, decision.selected.option
-    served = ctx.view(option)  # a ladder: the option that runs, as a single model
     settings = ctx.settings(decision=decision)
+    if settings.engine_enabled == "false":
+        raise disabled(ctx)
+    if decision.selected is None:
+        raise nothing_fits(ctx, decision)
+    engine, option = decision.selected.engine, decision.selected.option
     host = check_fit(ctx, engine, state.forced, option)
     runtime_dir = wait_for_components(ctx, engine, option=option)
     prepare_imports(runtime_dir, runtime_library_paths(decision))
+    weights = _weights(ctx, decision)
+    usable, ignored = config.runtime_env(settings.env)
+    if ignored:
+        names = ", ".join(f"env.{name}" for name in ignored)
+        log(f"ignoring {names}: the snap's own environment owns them (`unset` them)")
+    os.environ.update(usable)
+    threads = runtime_threads(host, usable)
+    ctx.env.running_path.write_text(json.dumps(settings.to_data(), indent=2) + "\n")
+    _serve(ctx, decision, settings, runtime_dir, weights, threads, host)
+
+
+def _weights(ctx: Context, decision: Decision) -> tuple[Path, Path | None]:
+    """The engine's weights (a ladder: its option's), joined or gathered and checked, and its
+    projector if it reads images here."""
+    assert decision.selected is not None
+    engine = decision.selected.engine
+    served = ctx.view(decision.selected.option)  # a ladder: the option that runs
     note(ctx, "preparing", f"preparing the weights of {engine}")
     model_path = artifacts.ready(ctx.env, served, engine, log)
     projector = (
@@ -232,35 +293,44 @@ def _run(ctx: Context) -> None:
     engine_entry = served.engine(engine)
     if engine_entry is not None:
         check_loadable(model_path, served.weights(engine_entry).format)
-    usable, ignored = config.runtime_env(settings.env)
-    if ignored:
-        names = ", ".join(f"env.{name}" for name in ignored)
-        log(f"ignoring {names}: the snap's own environment owns them (`unset` them)")
-    os.environ.update(usable)
-    threads = runtime_threads(host, usable)
-    ctx.env.running_path.write_text(json.dumps(settings.to_data(), indent=2) + "\n")
-    url = f"http://{settings.host}:{settings.port}/v1"
-    note(ctx, "loading", f"loading {engine}")
-    size = f"model {option}, " if option else ""
-    log(
-        f"starting {size}{engine} ({decision.selected.runtime} on {decision.selected.device}) "
-        f"on {url} with context {settings.context_size}, {threads or 'default'} threads"
-    )
+    return model_path, projector
+
+
+def _serve(
+    ctx: Context,
+    decision: Decision,
+    settings: config.Settings,
+    runtime_dir: Path,
+    weights: tuple[Path, Path | None],
+    threads: int | None,
+    host: HostProfile,
+) -> None:
+    """Serve the engine on the configured port and socket; publish where, and what passed.
+    ``host``: this machine, to name a GPU engine's device as its backend counts."""
     from runtimes.gateway.images import ImagePolicy
     from runtimes.gateway.server import run as serve
     from snapbuild.serving.launch import serve_options
     from snapbuild.serving.plan import serving_plan
 
+    selected = decision.selected
+    assert selected is not None
+    engine, url = selected.engine, f"http://{settings.host}:{settings.port}/v1"
+    served = ctx.view(selected.option)  # a ladder: the option that runs, as a single model
+    size = f"model {selected.option}, " if selected.option else ""
+    log(
+        f"starting {size}{engine} ({selected.runtime} on {selected.device}) on {url} with "
+        f"context {settings.context_size}, {threads or 'default'} threads"
+    )
     winner = decision.winner()
     memory = winner.memory if winner else None
-    plan = serving_plan(served, decision.selected, settings.context_size, memory)
+    plan = serving_plan(served, selected, settings.context_size, memory)
     if plan is not None:
         log(f"serving: {plan.summary()}")
     options = serve_options(
         served,
-        decision.selected,
-        artifact=model_path,
-        projector=projector,
+        selected,
+        artifact=weights[0],
+        projector=weights[1],
         context_size=settings.context_size,
         threads=threads,
         host=settings.host,
@@ -269,10 +339,22 @@ def _run(ctx: Context) -> None:
         cors_origins=settings.origins(),
         images=ImagePolicy(remote_urls=settings.remote_images == "true"),
         memory=memory,
+        advice=advice(ctx, engine),
+        unix_socket=socket_path(ctx.env.common),
+        machine=host,
     )
-    serve(
-        options,
-        on_listening=lambda host, port: note(
-            ctx, "serving", f"serving {engine} on http://{host}:{port}/v1"
-        ),
-    )
+
+    def listening(host: str, port: int) -> None:
+        note(ctx, "loading", f"loading {engine}; listening on http://{host}:{port}/v1")
+        discovery.publish(ctx, discovery.document(ctx, decision, settings, status="starting"))
+
+    def ready(readiness: dict[str, Any]) -> None:
+        outage = readiness.get("outage")
+        if outage:
+            note(ctx, "unavailable", f"{outage['reason']}: {outage['detail']}")
+        else:
+            note(ctx, "serving", f"serving {engine} on {url}")
+        data = discovery.document(ctx, decision, settings, status="ok", readiness=readiness)
+        discovery.publish(ctx, data)
+
+    serve(options, on_listening=listening, on_ready=ready)

@@ -70,9 +70,11 @@ class SnapEnv:
         return self.data / "running.json"
 
     @property
-    def daemon_status_path(self) -> Path:
-        """What the daemon is doing (waiting for components, preparing, serving, failed)."""
-        return self.data / "daemon.json"
+    def daemon_status_paths(self) -> tuple[Path, Path]:
+        """What the daemon is doing (waiting for components, preparing, serving, failed): in
+        $SNAP_DATA, or in $SNAP_COMMON when $SNAP_DATA cannot be written (then that is why the
+        daemon stopped); `status` reads the newer."""
+        return self.data / "daemon.json", self.common / "daemon.json"
 
     def component_dir(self, component: str) -> Path:
         """Where snapd mounts an installed component."""

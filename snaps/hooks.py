@@ -5,9 +5,10 @@ the hook has ended successfully, so the hooks decide and ask; they never read a 
 files. The daemon waits for the components and prepares the weights when it starts.
 
 The rendered ``snap/hooks/<hook>`` scripts only ``exec "$SNAP/bin/inference-snap" hook <hook>``;
-the logic is here, once. The server starts only when an engine fits: when nothing does the
-service stays disabled and ``status`` says why, so a machine too small for the model never sees
-a daemon that loads, runs out of memory and restarts forever.
+the logic is here, once. The server always runs, but loads a model only when an engine fits:
+when nothing does, it answers on its port why (503, :mod:`snaps.fallback`) and ``status`` says
+why too, so a machine too small for the model never sees a daemon that loads, runs out of
+memory and restarts forever, and its clients never meet a dead port.
 
 A snap built from a model ladder runs one of its model options (sizes): the selector picks it
 with the engine, the ``model`` setting pins one, and a refresh keeps the one that ran while it
@@ -50,12 +51,11 @@ def activate(
     install` blocks, so the weights are joined here, before the restart, and a broken piece is
     reported to the user at once with the old engine still running and still recorded.
     """
-    service = ctx.env.service
     if decision.selected is None:
         state.problem = no_engine_problem(ctx, decision)
         ctx.record(decision, state)
-        ctx.snapctl.stop(service, disable=True)
         say(state.problem)
+        _run_service(ctx, restart=True)  # it loads nothing: it answers 503 saying why
         return
     engine, option = decision.selected.engine, decision.selected.option
     missing = missing_components(ctx, engine, option)
@@ -69,14 +69,20 @@ def activate(
     stale = stale_components(ctx, engine, option)
     state.problem = None
     ctx.record(decision, state)
+    _run_service(ctx, restart=restart)
+    if stale:  # another size's weights: a snap holds the one it runs
+        say(f"removing the other model sizes' components: {', '.join(stale)}")
+        ctx.snapctl.remove(*stale)
+
+
+def _run_service(ctx: Context, *, restart: bool) -> None:
+    """Start (and enable) the server, or restart it when it runs and ``restart`` is asked."""
+    service = ctx.env.service
     current = ctx.snapctl.service(service)
     if current.active and restart:
         ctx.snapctl.restart(service)
     if not current.active or not current.enabled:
         ctx.snapctl.start(service, enable=True)
-    if stale:  # another size's weights: a snap holds the one it runs
-        say(f"removing the other model sizes' components: {', '.join(stale)}")
-        ctx.snapctl.remove(*stale)
 
 
 def set_defaults(ctx: Context, decision: Decision) -> None:
@@ -138,7 +144,8 @@ def _named(decision: Decision) -> str:
 
 
 def install(ctx: Context) -> None:
-    """Probe, select, record, install components, set defaults, start only if something fits."""
+    """Probe, select, record, install components, set defaults, start the server (which
+    answers 503 saying why when nothing fits)."""
     # an `engine` or `model` preset (gadget defaults, or `snapbuild try --engine`) is honoured
     # when it fits
     pinned, model = _settings_of(ctx)
@@ -260,7 +267,7 @@ def _switch(
             f"{noun} unset for automatic selection.",
         )
     state.forced = True
-    return forced_selection(decision, cand.engine, option), state
+    return forced_selection(decision, cand.engine, ctx.manifest, option), state
 
 
 def apply(
@@ -299,8 +306,8 @@ def reject(problems: list[str]) -> None:
 
 def restart_if_changed(ctx: Context, settings: config.Settings) -> bool:
     """Restart the server when it runs with other settings (or start it if it died); True if so."""
-    if ctx.decision() is None or ctx.require_decision().selected is None:
-        return False
+    if ctx.decision() is None:
+        return False  # (with no engine that fits, the server still runs: it answers 503)
     running = ctx.running()
     service = ctx.snapctl.service(ctx.env.service)
     if service.active and running is not None and running != settings.to_data():

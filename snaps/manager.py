@@ -16,7 +16,7 @@ from hwprobe.replay import probe_from_environ
 from runtimes.catalog import load_catalog
 from snapbuild.manifest.ladder import view_for
 from snapbuild.manifest.model import Manifest
-from snapbuild.selection.decision import Candidate, Decision, Selected
+from snapbuild.selection.decision import Candidate, Decision
 from snapcommon.errors import SnapbuildError, UsageError
 from snapcommon.files import write_atomically as _atomic_write
 from snaps import config
@@ -186,26 +186,18 @@ def select(
     return run_selector(chosen, host, engine=engine, option=option)
 
 
-def forced_selection(decision: Decision, engine: str, option: str | None = None) -> Decision:
+def forced_selection(
+    decision: Decision, engine: str, manifest: Manifest | None = None, option: str | None = None
+) -> Decision:
     """A decision whose winner is ``engine`` (running ``option``) even though the selector
-    rejected it (--force)."""
-    cand = decision.candidate(engine, option)
-    if cand is None:
+    rejected it (--force); with the ``manifest``, llama-server's slots are planned in the memory
+    the selector saw."""
+    from snapbuild.selection.forced import forced
+
+    if decision.candidate(engine, option) is None:
         raise UsageError(f"engine {engine!r} is not in this snap")
-    selected = Selected(
-        engine=cand.engine,
-        runtime=cand.runtime,
-        device=cand.device,
-        vendor=cand.vendor,
-        context_size=cand.context_size or (cand.memory.context_size if cand.memory else 2048),
-        artifact=cand.artifact,
-        quantization=cand.quantization,
-        slot=cand.slot,
-        why=f"forced by the user (`{'use-model' if option else 'use-engine'} --force`) despite: "
-        + "; ".join(cand.blockers),
-        option=cand.option,
-    )
-    return decision.model_copy(update={"selected": selected})
+    how = f"`{'use-model' if option else 'use-engine'} --force`"
+    return forced(decision, engine, manifest, option=option, how=how)
 
 
 def components_for(manifest: Manifest, engine: str) -> list[str]:
@@ -244,15 +236,25 @@ def stale_components(ctx: Context, engine: str, option: str | None) -> list[str]
     return sorted(c for c in other - keep if ctx.env.component_dir(c).exists())
 
 
+def engine_blockers(decision: Decision) -> list[str]:
+    """``engine: why it cannot run here`` for every engine that says why nothing runs (a
+    ladder: its smallest option's, since what stops the smallest stops every larger one)."""
+    return [
+        f"{c.engine}: {'; '.join(c.blockers) or 'does not fit'}"
+        for c in decision.no_fit_candidates()
+    ]
+
+
 def no_engine_problem(ctx: Context, decision: Decision) -> str:
     """Why nothing fits, and what to do, in one paragraph for `status` (a ladder: why its
     smallest option does not run, which is why no larger one does)."""
-    lines = [f"No engine of {ctx.manifest.name} fits this machine, so the server is disabled."]
+    lines = [
+        f"No engine of {ctx.manifest.name} fits this machine, so the server loads no model "
+        "(its API answers 503 saying why)."
+    ]
     if decision.options:
         lines.append(f"Not even the smallest model, {decision.options[-1].option}:")
-    for cand in decision.no_fit_candidates():
-        blockers = "; ".join(cand.blockers) or "does not fit"
-        lines.append(f"  {cand.engine}: {blockers}")
+    lines.extend(f"  {line}" for line in engine_blockers(decision))
     lines.append(
         f"Run `{ctx.env.name} why` for every reason; after freeing memory or adding hardware run "
         f"`{ctx.env.name} use-engine --auto`."

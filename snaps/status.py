@@ -8,9 +8,12 @@ forms never disagree.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from snapbuild.selection.decision import Decision, Serving
+from snapbuild.serving.discovery import document_path
+from snaps import discovery
 from snaps.live import live_lines, live_status
 from snaps.manager import Context
 
@@ -44,11 +47,28 @@ def status_data(ctx: Context) -> dict[str, Any]:
         "serving": _serving(ctx, decision, settings.context_size),
         "live": live_status(settings.host, settings.port) if service.active else None,
         "daemon": daemon_note(ctx, service.active),
-        "problem": state.problem
-        if decision is not None
-        else f"no engine chosen yet: run `{ctx.env.name} use-engine --auto`",
+        "problem": _problem(ctx, decision, state.problem, settings.engine_enabled == "false"),
         "notes": state.notes,
+        # the same document the daemon publishes for other programs (snaps.discovery)
+        "discovery": discovery.current(ctx, decision, settings),
+        "discovery-file": str(document_path(ctx.env.common)),
     }
+
+
+def _problem(
+    ctx: Context, decision: Decision | None, recorded: str | None, off: bool
+) -> str | None:
+    """Why no model is served, and what to do: none chosen yet, the operator switched the
+    engine off, or what the hooks recorded (nothing fits)."""
+    name = ctx.env.name
+    if decision is None:
+        return f"no engine chosen yet: run `{name} use-engine --auto`"
+    if off:
+        return (
+            "The engine is disabled by the operator (engine-enabled=false): the API answers 503 "
+            f"saying so. Run `{name} set engine-enabled=true` to load the model again."
+        )
+    return recorded
 
 
 def _option(ctx: Context, decision: Decision | None) -> dict[str, Any]:
@@ -87,15 +107,36 @@ def _serving(ctx: Context, decision: Decision | None, context: int) -> dict[str,
 def daemon_note(ctx: Context, active: bool) -> dict[str, str] | None:
     """What the server is busy with (waiting for components, preparing, loading) or why it
     failed; None while it serves or when it is simply stopped."""
-    path = ctx.env.daemon_status_path
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    data = _newest_note(ctx.env.daemon_status_paths)
+    if data is None:
         return None
     phase = str(data.get("phase"))
     if phase == "serving" or not (active or phase == "failed"):
         return None
     return {"phase": phase, "message": str(data.get("message"))}
+
+
+def capability_lines(document: dict[str, Any], path: str) -> list[str]:
+    """The capabilities checked at start (each one's verdict) and where the API is published."""
+    checked = document.get("capabilities") or {}
+    verdicts = [
+        f"{name} passed" if p.get("passed") else f"{name} FAILED ({p.get('detail')})"
+        for name, p in checked.items()
+    ]
+    lines = [f"capabilities: {', '.join(verdicts)}"] if verdicts else []
+    return [*lines, f"discovery:    {path} (Unix socket {document.get('socket')})"]
+
+
+def _newest_note(paths: tuple[Path, ...]) -> dict[str, Any] | None:
+    """The daemon's latest note: it writes $SNAP_DATA's, or $SNAP_COMMON's when it cannot."""
+    found: list[tuple[int, dict[str, Any]]] = []
+    for path in paths:
+        try:
+            found.append((path.stat().st_mtime_ns, json.loads(path.read_text(encoding="utf-8"))))
+        except (OSError, ValueError):
+            continue
+    notes = [(when, data) for when, data in found if isinstance(data, dict)]
+    return max(notes, key=lambda pair: pair[0])[1] if notes else None
 
 
 def status_text(data: dict[str, Any]) -> str:
@@ -127,6 +168,7 @@ def status_text(data: dict[str, Any]) -> str:
         lines.append(f"serving:      {Serving.model_validate(data['serving']).summary()}")
     if service["active"]:
         lines.extend(live_lines(data["live"]))
+    lines.extend(capability_lines(data["discovery"], data["discovery-file"]))
     if data["daemon"]:
         lines.insert(3, f"server:       {data['daemon']['phase']}: {data['daemon']['message']}")
     if data["engine"] and service["enabled"] and not service["active"]:

@@ -106,7 +106,9 @@ def switch(key: Setting, name: str | None, auto: bool, force: bool, assume_yes: 
         ctx.snapctl.set({key: name})
     hooks.activate(ctx, decision, state, in_hook=False)
     click.echo(
-        f"Now using {_label(target)}." if target[0] else "No engine fits; the server is stopped."
+        f"Now using {_label(target)}."
+        if target[0]
+        else "No engine fits; the server answers 503 saying why (see `status`)."
     )
 
 
@@ -114,7 +116,7 @@ def _plan_steps(ctx: Context, active: Choice, target: Choice, decision: Decision
     service = ctx.snapctl.service(ctx.env.service)
     engine, option = target
     if engine is None:
-        return ["stop and disable the server: no engine fits this machine"]
+        return ["unload the model: no engine fits this machine (the API answers 503 saying why)"]
     sel = decision.selected
     assert sel is not None
     steps = [

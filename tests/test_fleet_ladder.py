@@ -38,7 +38,7 @@ def test_every_recorded_machine_gets_an_option(capsys: pytest.CaptureFixture[str
     assert picks["xps13-7390"] == ("4b", "cpu-avx2")
     assert picks["hp-proliant-rl300-gen11-altra"] == ("27b", "cpu-arm64")
     assert data["summary"]["options"] == [
-        {"option": "4b", "hosts": 10},
+        {"option": "4b", "hosts": 11},
         {"option": "27b", "hosts": 3},
         {"option": "1b", "hosts": 1},
     ]

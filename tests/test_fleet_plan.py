@@ -58,7 +58,7 @@ def test_machines_gemma3_json(capsys: pytest.CaptureFixture[str]) -> None:
     result = run_fleet(capsys, "plan", GEMMA3_4B, "../machines", "--json")
     assert result.code == 3
     assert result.err == (
-        "Error: 1 of 15 hosts get no engine (the plan above covers every host)\n"
+        "Error: 1 of 16 hosts get no engine (the plan above covers every host)\n"
         "Fix: see each host's reasons and the summary's advice on what would change it\n"
     )
     data = json.loads(result.out)

@@ -156,7 +156,7 @@ def test_every_vendor_probe_is_for_a_gpu_vendor_of_the_table() -> None:
     assert named <= {v.name for v in tables.pci_table().vendors.values() if v.gpu}
 
 
-@pytest.mark.parametrize("name", ["pci", "cpu", "nvml"])
+@pytest.mark.parametrize("name", ["pci", "cpu", "nvml", "vulkan"])
 def test_every_shipped_table_validates_and_loads_as_validated(name: str) -> None:
     data = tables.load_yaml(f"{name}.yaml")
     loaded = getattr(tables, f"{name}_table")()

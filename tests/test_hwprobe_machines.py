@@ -268,6 +268,7 @@ def test_json_schema_has_the_kebab_keys_and_rejects_others() -> None:
         "gpus",
         "npus",
         "displays",
+        "vulkan",
         "runtimes",
         "warnings",
     ]

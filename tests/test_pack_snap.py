@@ -175,3 +175,33 @@ def test_minilm_packs_onnx_runtime_and_says_its_weights_are_placeholders(
     assert set(report["missing"]) <= others | TOOLKIT_ONLY, report["missing"]
     # the llama.cpp engine's modules need the llama.cpp component; nothing else may fail
     assert {m for m, e in report["failures"].items() if "llama_cpp" not in e} == set()
+
+
+def test_a_module_deleted_from_the_checkout_leaves_the_snap(
+    packed: Packed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """craft-parts' update of a local source copies new files and never deletes: a module once
+    packed (deleted since, or another checkout's sharing the work dir) stayed installed beside
+    the code that replaced it, and the snap's imports broke (CI saw it). Now the part whose
+    pulled source holds such a file is cleaned and pulled again."""
+    import snapbuild.pack.packer as packer
+
+    stray = "snapbuild-src/snaps/zz_left_over.py"
+
+    def with_stray(*args: Any, **kwargs: Any) -> Any:
+        built = make(*args, **kwargs)
+        (Path(args[1]) / stray).write_text("GONE = False\n", encoding="utf-8")
+        return built
+
+    monkeypatch.setattr(packer, "make", with_stray)
+    first = _pack("smollm2", tmp_path / "with")
+    assert f"{SITE}/snaps/zz_left_over.py" in _listing(first.snap)
+    monkeypatch.setattr(packer, "make", make)
+    (first.work / "render" / stray).unlink()  # the render no longer writes it
+    second = _pack("smollm2", tmp_path / "without")
+    listing = _listing(second.snap)
+    assert f"{SITE}/snaps/zz_left_over.py" not in listing
+    assert f"{SITE}/snaps/manager.py" in listing
+    assert not (
+        second.work / "craft" / "parts" / "snapbuild" / "src" / stray.split("/", 1)[1]
+    ).exists()

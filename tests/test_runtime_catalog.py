@@ -19,9 +19,11 @@ PINNED = re.compile(r"^[a-z0-9][a-z0-9._-]*==[0-9][0-9A-Za-z.]*$")
 STANDARD_INTERFACES = {"opengl", "hardware-observe", "network", "network-bind", "home"}
 GGML_FLAGS = {
     "llama.cpp-cpu": ["-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON", "-DGGML_NATIVE=OFF"],
-    "llama.cpp-cuda": ["-DGGML_CUDA=ON"],
-    "llama.cpp-vulkan": ["-DGGML_VULKAN=ON"],
-    "llama.cpp-rocm": ["-DGGML_HIP=ON"],
+    # GPU builds load their backend as a module too (from the component's usr/bin), with one
+    # baseline CPU module for what stays on the CPU
+    "llama.cpp-cuda": ["-DGGML_CUDA=ON", "-DGGML_BACKEND_DL=ON"],
+    "llama.cpp-vulkan": ["-DGGML_VULKAN=ON", "-DGGML_BACKEND_DL=ON"],
+    "llama.cpp-rocm": ["-DGGML_HIP=ON", "-DGGML_BACKEND_DL=ON"],
 }
 
 
@@ -85,7 +87,8 @@ def test_llama_cpp_variants_have_their_ggml_flags() -> None:
         assert native is not None
         params = list(native.cmake_parameters)
         assert [p for p in params if p.startswith("-DGGML_") and p in flags] == flags
-        others = {f for fs in GGML_FLAGS.values() for f in fs} - set(flags) - {"-DGGML_NATIVE=OFF"}
+        shared = {"-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON"}
+        others = {f for fs in GGML_FLAGS.values() for f in fs} - set(flags) - shared
         assert not others & set(params), runtime_id
         tags.add(native.source_commit)
     assert len(tags) == 1, "every llama.cpp variant builds the same upstream commit"

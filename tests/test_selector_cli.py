@@ -104,8 +104,8 @@ def test_why_not(capsys: pytest.CaptureFixture[str]) -> None:
         "vulkan is the selected engine: vulkan and runner-up openvino-gpu both reach the "
         "sufficient 40 tokens/s; Q4_K_M keeps more precision than int4\n"
         "  serving: 10 parallel slots x 8192 tokens, f16 KV cache, flash attention on, "
-        "prompt-cache reuse from 256 tokens (10 of the preferred 16 slots fit (7.35 GiB of "
-        "7.54 GiB))\n"
+        "prompt-cache reuse from 256 tokens, 334 MiB prompt cache (10 of the preferred 16 "
+        "slots fit (7.35 GiB of 7.54 GiB))\n"
     )
     code, out, err = run(capsys, "why-not", GEMMA3_4B, "metal", "--host-root", ARC)
     assert code == 2

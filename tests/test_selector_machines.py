@@ -38,6 +38,8 @@ LADDER: dict[str, str | None] = {
     "asus-ux301l": "4b/cpu-avx2",
     # baseline x86-64 CPU: 12b would decode ~3.7 tokens/s, under the 5 tokens/s floor
     "dummy-machine": "4b/cpu-x86-64",
+    # EPYC KVM guest with lavapipe (a CPU, never a GPU): 12b would decode ~3.7 tokens/s here
+    "epyc-kvm+lavapipe": "4b/cpu-avx2",
     # MX250 (2 GiB) fits none but the smallest; the iGPU runs 4b, 12b on the CPU is too slow
     "hp-pavilion-15-cs-3037nl": "4b/openvino-gpu",
     # Altra: 27b fits its RAM and decodes ~7 tokens/s
@@ -69,6 +71,8 @@ PICKS: dict[str, tuple[str | None, str | None, str | None]] = {
     "asus-ux301l": ("cpu-avx2", "cpu-avx2", "cpu"),
     # a CPU without AVX2 flags: the baseline engine
     "dummy-machine": ("cpu-x86-64", "cpu", "cpu"),
+    # no GPU; lavapipe is a software Vulkan device on the CPU, never a reason to pick Vulkan
+    "epyc-kvm+lavapipe": ("cpu-avx2", "cpu-avx2", "cpu"),
     # GeForce MX250 (2 GiB): too small for Gemma 3, fine for SmolLM2 and MiniLM
     "hp-pavilion-15-cs-3037nl": ("openvino-gpu", "cuda", "cuda"),
     # Altra with a Matrox BMC: CPU; ~200 GB/s is not enough for Q8_0 to reach 40 tokens/s

@@ -173,7 +173,7 @@ def test_given_serving_and_batching_tables_plan_the_concurrency_recorded() -> No
     cpu_plan = decision.candidate("cpu-avx2")
     assert cpu_plan is not None and cpu_plan.serving is not None
     assert cpu_plan.serving.why == (
-        "2 slots, the device's preferred number, fit in f16 (3.43 GiB of 16.00 GiB)"
+        "2 slots, the device's preferred number, fit in f16 (3.76 GiB of 16.00 GiB)"
     )
 
 

@@ -58,8 +58,10 @@ def test_a_llama_cpp_engine_serves_the_decisions_slots_and_context() -> None:
             flash_attention=plan.flash_attention,
             cache_reuse=plan.cache_reuse,
             threads=4,
+            prompt_cache_mib=plan.prompt_cache >> 20,
         ),
         port=manifest.default_port,
+        declared=("text",),  # smollm2 declares neither images nor tools
     )
 
 

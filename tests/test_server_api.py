@@ -18,6 +18,7 @@ import httpx
 import openai
 import pytest
 from support.llama import llama_server
+from support.openai_schema import validate, validate_event
 from support.serving import snapbuild_serve, tiny_manifest
 from support.tiny_models import (
     smollm2_gguf_path,
@@ -135,6 +136,50 @@ def test_chat_counts_usage(served: Served) -> None:
     assert reply.usage.completion_tokens == 8
     assert reply.usage.prompt_tokens > 3
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + 8
+
+
+def test_responses_api_on_every_chat_engine(served: Served) -> None:
+    """The Responses API is the engine's chat, whatever the engine: the same object, events
+    and refusals."""
+    if not served.chats:
+        with pytest.raises(openai.BadRequestError, match="does not support chat"):
+            served.client.responses.create(model=served.name, input="hi")
+        return
+    answer = served.client.responses.create(model=served.name, input="Hi", max_output_tokens=4)
+    validate("Response", answer.model_dump(mode="json", exclude_unset=True, by_alias=True))
+    assert answer.status in ("completed", "incomplete") and answer.usage is not None
+    events = list(
+        served.client.responses.create(
+            model=served.name, input="Hi", max_output_tokens=4, stream=True
+        )
+    )
+    for event in events:
+        validate_event(event.model_dump(mode="json", exclude_unset=True, by_alias=True))
+    assert events[0].type == "response.created"
+    assert events[-1].type in ("response.completed", "response.incomplete")
+
+
+def test_legacy_completions_what_each_engine_does(served: Served) -> None:
+    """Token ids and the legacy options: llama.cpp engines do them; in-process engines refuse
+    each with a 400 naming the field."""
+    if not served.chats:
+        return
+    url = f"{served.base}/v1/completions"
+    native = served.runtime.startswith("llama.cpp")
+    for extra, param in (
+        ({"prompt": [1, 2, 3]}, "prompt"),
+        ({"prompt": ["Hi", "Yo"]}, "prompt"),
+        ({"echo": True}, "echo"),
+        ({"logprobs": 1}, "logprobs"),
+        ({"max_tokens": 0}, "max_tokens"),
+    ):
+        body = {"model": served.name, "prompt": "Hi", "max_tokens": 2, **extra}
+        answer = httpx.post(url, json=body, timeout=60)
+        if native:
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["id"].startswith("cmpl-")
+        else:
+            assert (answer.status_code, answer.json()["error"]["param"]) == (400, param)
 
 
 def test_streamed_chat_equals_plain_chat(served: Served) -> None:
@@ -266,21 +311,38 @@ def test_malformed_and_invalid_requests(served: Served) -> None:
             "temperature": "hot",
         },
     )
-    assert wrong_type.status_code == 422
-    assert wrong_type.json()["error"]["param"] == "temperature"
+    assert wrong_type.status_code == 400  # OpenAI's status: clients raise BadRequestError
+    assert wrong_type.json()["error"] == {
+        "message": "invalid request: temperature: Input should be a valid number, unable to "
+        "parse string as a number",
+        "type": "invalid_request_error",
+        "param": "temperature",
+        "code": "invalid_type",
+    }
     missing = httpx.post(url, json={"model": served.name})
-    assert (missing.status_code, missing.json()["error"]["param"]) == (422, "messages")
-    nan = httpx.post(url, content=b'{"model": "%s", "messages": [{"role": "user", "content": '
-                     b'"x"}], "temperature": NaN}' % served.name.encode(),
-                     headers={"content-type": "application/json"})  # fmt: skip
-    assert (nan.status_code, nan.json()["error"]["param"]) == (422, "temperature")
+    assert (missing.status_code, missing.json()["error"]["param"]) == (400, "messages")
+    assert missing.json()["error"]["code"] == "missing_required_parameter"
+    nan = httpx.post(
+        url,
+        content=b'{"model": "%s", "messages": [{"role": "user", "content": '
+        b'"x"}], "temperature": NaN}' % served.name.encode(),
+        headers={"content-type": "application/json"},
+    )
+    assert (nan.status_code, nan.json()["error"]["param"]) == (400, "temperature")
     assert "temperature: Input should be a finite number" in nan.json()["error"]["message"]
-    # fields are named as the client wrote them, without pydantic's union tags or [key]
-    part = httpx.post(url, json={"model": served.name, "messages": [
-        {"role": "user", "content": [{"type": "text"}]}]})  # fmt: skip
-    assert (part.status_code, part.json()["error"]["param"]) == (422, "messages.0.content")
-    assert "messages.0.content.0.text: Field required" in part.json()["error"]["message"]
-    assert "[" not in part.json()["error"]["message"]
+    # fields are named as OpenAI names them, without pydantic's union tags or [key]
+    part = httpx.post(
+        url,
+        json={"model": served.name, "messages": [{"role": "user", "content": [{"type": "text"}]}]},
+    )
+    assert (part.status_code, part.json()["error"]["param"]) == (400, "messages[0].content[0].text")
+    assert "messages[0].content[0].text: Field required" in part.json()["error"]["message"]
+    assert "TextPart" not in part.json()["error"]["message"]
+    with pytest.raises(openai.BadRequestError) as caught:  # what OpenAI's clients catch
+        served.client.chat.completions.create(
+            model=served.name, messages=[{"role": "user", "content": "x"}], temperature=3
+        )
+    assert caught.value.body["param"] == "temperature"  # type: ignore[index]
     too_big = httpx.post(
         url, content=b"x" * (9 * 1024 * 1024), headers={"content-type": "application/json"}
     )

@@ -14,6 +14,7 @@ from support.serving import tiny_manifest
 from support.tiny_models import smollm2_gguf_path
 
 from runtimes.engine import LoadOptions
+from runtimes.gateway.outage import Advice
 from runtimes.gateway.server import bind_socket, create_app
 from runtimes.inprocess.llamacpp import LlamaCppAdapter
 from snapbuild.cli import cli, run_cli
@@ -122,7 +123,15 @@ def test_model_that_fails_to_load_reports_on_health(tmp_path: Path) -> None:
             f"{base}/v1/completions", json={"model": "bad", "prompt": "x", "max_tokens": 1}
         )
         assert chat.status_code == 503
-        assert chat.json()["error"]["code"] == "model_not_ready"
+        error = chat.json()["error"]
+        assert error["code"] == "model_load_failed"  # what failed, then what to do
+        assert error["message"].startswith(
+            f"the model is not being served: llama.cpp could not load {bad}. Check that the "
+            "model file is complete"
+        )
+        assert (body["reason"], body["resolution"]) == ("load-failed", Advice().load_failed)
+        models = httpx.get(f"{base}/v1/models")
+        assert (models.status_code, models.json()["error"]["code"]) == (503, "model_load_failed")
     finally:
         server.should_exit = True
         thread.join(timeout=10)

@@ -112,9 +112,10 @@ def test_huge_bodies_are_refused_with_413(tiny: str) -> None:
         (b"[]", 400),
         (b'{"model": "tiny", "messages": [', 400),
         (b"\xff\xfe\x00garbage", 400),
-        (b'{"model": 1, "messages": []}', 422),
-        (b'{"model": "tiny", "messages": [{"role": "wizard", "content": "x"}]}', 422),
-        (b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "n": 0}', 422),
+        # a field with a wrong type or value: 400 as OpenAI answers it, not FastAPI's 422
+        (b'{"model": 1, "messages": []}', 400),
+        (b'{"model": "tiny", "messages": [{"role": "wizard", "content": "x"}]}', 400),
+        (b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "n": 0}', 400),
         # an in-process engine makes one choice: a 400 naming the field
         (b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "n": 3}', 400),
         (

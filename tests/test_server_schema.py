@@ -64,9 +64,11 @@ def test_no_server_errors(base: str) -> None:
         "GET /health",
         "GET /v1/models",
         "GET /v1/models/{model}",
+        "GET /v1/responses/{response_id}",
         "POST /v1/chat/completions",
         "POST /v1/completions",
         "POST /v1/embeddings",
+        "POST /v1/responses",
     ]
     for operation in operations:
 

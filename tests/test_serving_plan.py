@@ -117,6 +117,32 @@ def test_plan_becomes_llama_server_flags() -> None:
         flash_attention=True,
         cache_reuse=256,
         threads=2,
+        prompt_cache_mib=45,  # one slot's f16 KV cache at 2048 tokens
+    )
+
+
+def test_the_prompt_cache_is_planned_and_counted() -> None:
+    """llama-server's prompt cache (--cache-ram; its default 8 GiB is in no plan) gets one
+    slot's KV cache, only from memory the slots leave, and counts in what the plan requires."""
+    shape = _smol_shape()
+    free = plan(shape, 2048, runtime="llama.cpp-cpu", device="cpu", available=None)
+    assert free.prompt_cache == free.kv_cache // free.slots // (1 << 20) * (1 << 20)
+    assert free.required == option(shape, 2048, "f16", free.slots).required + free.prompt_cache
+    room = option(shape, 2048, "f16", 8).required + (10 << 20)
+    tight = plan(shape, 2048, runtime="llama.cpp-cpu", device="cpu", available=room)
+    assert (tight.slots, tight.prompt_cache) == (8, 10 << 20)
+    assert tight.required <= room
+    gpu = plan(shape, 2048, runtime="llama.cpp-cuda", device="gpu", available=room, pool="vram")
+    assert (
+        gpu.prompt_cache > 0
+        and gpu.required
+        == option(
+            shape, 2048, gpu.kv_cache_type, gpu.slots, runtime="llama.cpp-cuda", pool="vram"
+        ).required
+    )  # in host RAM: not counted against the GPU's memory
+    assert (
+        "no prompt cache"
+        in plan(shape, 2048, runtime="llama.cpp-cpu", device="npu", available=None).summary()
     )
 
 

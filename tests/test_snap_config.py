@@ -52,8 +52,8 @@ def test_keys_are_normalized_to_snapd_option_names() -> None:
     assert err.value.brief == "unknown setting 'colour'"
     assert (
         err.value.resolution
-        == "Settings are port, host, context-size, engine, cors-origins, remote-images, model "
-        "and env.NAME."
+        == "Settings are port, host, context-size, engine, engine-enabled, cors-origins, "
+        "remote-images, model and env.NAME."
     )
 
 
@@ -79,6 +79,7 @@ def test_effective_settings_overlay_defaults(manifest) -> None:  # type: ignore[
         "engine": "auto",
         "cors-origins": "",
         "remote-images": "false",
+        "engine-enabled": "true",
         "env": {"OMP_NUM_THREADS": "2"},
     }
 
@@ -91,6 +92,17 @@ def test_remote_images_is_true_or_false(manifest) -> None:  # type: ignore[no-un
     assert config.validate(wrong, manifest, None, own_port=wrong.port) == [
         "remote-images must be true or false, not 'sometimes' (true lets the server fetch "
         "http(s) image URLs that clients send)"
+    ]
+
+
+def test_engine_enabled_is_true_or_false(manifest) -> None:  # type: ignore[no-untyped-def]
+    off = config.effective({"engine-enabled": False}, manifest, 2048)  # `snap set` stores JSON
+    assert off.engine_enabled == "false"
+    assert config.validate(off, manifest, None, own_port=off.port) == []
+    wrong = config.effective({"engine-enabled": "off"}, manifest, 2048)
+    assert config.validate(wrong, manifest, None, own_port=wrong.port) == [
+        "engine-enabled must be true or false, not 'off' (false stops the engine; the API keeps "
+        "its port and answers 503 saying so)"
     ]
 
 

@@ -7,8 +7,9 @@ refuses them) to every hook and app whose network plugs are not connected
 is the snap's own venv on core24's Python 3.12.
 
 Each snap lives one life per module, in file order: install (hooks, components, service), an
-answer over HTTP through the official client, `<snap> status` and `engines`, `snap set port=`
-(the configure hook, the server moving), a refresh with its post-refresh hook. smollm2 serves
+answer over HTTP through the official client, the discovery document and Unix socket a consumer
+finds it by, `<snap> status` and `engines`, `snap set port=` (the configure hook, the server
+moving), a refresh with its post-refresh hook. smollm2 serves
 the real SmolLM2-135M-Instruct GGUF; minilm's weights are a placeholder upstream, so a tiny
 generated ONNX encoder stands in for them in a copy of its manifest.
 """
@@ -23,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 import yaml
@@ -30,6 +32,7 @@ from support.confined import (
     harness_or_skip,
     pack_or_skip,
     port_of,
+    published,
     wait_closed,
     wait_ready,
 )
@@ -152,6 +155,21 @@ def test_status_and_engines_from_the_snaps_own_command(life: Life) -> None:
     assert all(name in engines.stdout for name in names), engines.stdout
 
 
+def test_a_consumer_finds_the_api_through_the_discovery_document(life: Life) -> None:
+    """What a consumer snap reads through the `inference-api` content slot: the document in
+    $SNAP_COMMON/discovery names the model, the port and the Unix socket, which all answer."""
+    common = f"/var/snap/{life.name}/common"
+    doc = published(life.run, life.name, life.port)
+    assert (doc["model"], doc["engine"]["device"], doc["outage"]) == (life.name, "cpu", None)
+    assert doc["health-url"] == f"http://127.0.0.1:{life.port}/health"
+    assert doc["capabilities"]["text"]["passed"] is True
+    assert doc["socket"] == f"{common}/api.sock"
+    transport = httpx.HTTPTransport(uds=str(life.run.inside(doc["socket"])))
+    with httpx.Client(transport=transport, base_url="http://localhost", timeout=30) as local:
+        card = local.get("/v1/models").json()["data"][0]
+    assert (card["id"], card["capabilities"]) == (life.name, doc["capabilities"])
+
+
 def _manifest_of(life: Life) -> str:
     """The manifest the snap carries ($SNAP/snapbuild/manifest.yaml)."""
     return life.run.inside(f"/snap/{life.name}/current/snapbuild/manifest.yaml").read_text()
@@ -165,6 +183,7 @@ def test_snap_set_port_moves_the_server(life: Life) -> None:
     wait_closed(old)
     life.port = new
     assert wait_ready(life.run, new)["model"] == life.name
+    assert published(life.run, life.name, new)["base-url"] == f"http://127.0.0.1:{new}/v1"
 
 
 def test_a_busy_port_is_refused_by_the_configure_hook(life: Life) -> None:

@@ -1,7 +1,7 @@
 """post-refresh of a snap built from a model ladder, through the rendered hook and the snapctl
 stand-in: the size that ran is kept across a refresh while it fits (even when the new revision
 brings a larger one that would fit too), and replaced, explained and its weights removed when
-the machine no longer has room for it.
+the machine no longer has room for it; when no size fits, the server stays to answer why.
 """
 
 from __future__ import annotations
@@ -167,3 +167,34 @@ def test_a_size_that_no_longer_fits_is_replaced_and_its_weights_removed(
         "parameters": 33554432,
         "reads": ["text"],
     }
+
+
+def test_when_no_size_fits_the_server_stays_to_say_why(
+    tmp_path: Path, trial: Trial, machines_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not even the smallest size fits any more: the server is restarted to load nothing and
+    answer 503 saying why (snaps/fallback.py), and status names the smallest size's blockers."""
+    host = probe(str(machines_dir / "asus-ux301l" / "machine-root"))
+    data = host.to_data()
+    data["memory"]["available"] = 16 << 20
+    profile = tmp_path / "full.json"
+    profile.write_text(json.dumps(data))
+    monkeypatch.setenv("SNAPBUILD_HOST_PROFILE", str(profile))
+    pid = _server_pid(trial)
+    proc = trial.run_hook("post-refresh")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("after the refresh model big no longer fits this machine (cpu: ")
+    assert lines[0].endswith("): no model fits")
+    assert lines[1:3] == [
+        "No engine of ladder-demo fits this machine, so the server loads no model (its API "
+        "answers 503 saying why).",
+        "Not even the smallest model, small:",
+    ]
+    assert lines[3].startswith("  cpu: RAM available 16 MiB < ")
+    assert _selected(trial) is None
+    assert _server_pid(trial) != pid  # restarted: it loads nothing, it answers why
+    status = json.loads(trial.run("status", "--json").stdout)
+    assert status["service"]["enabled"] and status["service"]["active"]
+    assert status["problem"].splitlines()[1:3] == lines[2:4]
+    assert _installed(trial) == ["big-weights", "llamacpp-cpu"]  # nothing to switch to

@@ -16,10 +16,12 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from support.tiny_models import write_tiny_llama_gguf
+from support.trials import daemon_outage
 
 from snapbuild.manifest.loader import load_manifest
 from snapbuild.manifest.model import Manifest
@@ -168,10 +170,9 @@ def _daemon_prepares(snap: Snap, engine: str) -> tuple[Path, list[str]]:
     return path, said
 
 
-def _daemon(snap: Snap) -> tuple[int, list[str]]:
-    """Run the real daemon command once (no supervisor): it fails before it would serve."""
-    proc = snap.trial.run("daemon")
-    return proc.returncode, proc.stderr.splitlines()
+def _daemon(snap: Snap) -> tuple[dict[str, Any], list[str]]:
+    """The real daemon, which fails before it would load: its /health, its log until then."""
+    return daemon_outage(snap.trial)
 
 
 def test_install_hook_only_asks_and_the_daemon_side_joins_the_shards(snap: Snap) -> None:
@@ -245,9 +246,10 @@ def test_switching_engine_gathers_splits_and_drops_the_unused_joined_copy(snap: 
     assert proc.stderr.splitlines() == [
         "installing components: tiny-split, tiny-split-2, tiny-split-3",
         "removed the joined copy of tiny-sharded: no engine uses it any more",
+        *(f"checking tiny-split/{s} (sha256, once before its first load)" for s in SPLITS),
     ]
     assert sorted(p.name for p in snap.artifacts.iterdir()) == [".verified", "tiny-split"]
-    assert list((snap.artifacts / ".verified").iterdir()) == []
+    assert [p.name for p in (snap.artifacts / ".verified").iterdir()] == ["tiny-split.json"]
     gathered = snap.artifacts / "tiny-split"
     assert sorted(p.name for p in gathered.iterdir()) == SPLITS
     for name, data, comp in zip(
@@ -272,8 +274,8 @@ def test_a_corrupt_piece_stops_the_daemon_and_leaves_no_joined_file(snap: Snap) 
     data[100] ^= 0xFF
     piece.write_bytes(bytes(data))
     assert _hook(snap, "install")[0] == 0  # the hook never reads the pieces
-    code, err = _daemon(snap)
-    assert code == 1, err
+    health, err = _daemon(snap)
+    assert health["reason"] == "load-failed", err
     good = _sha(_thirds(snap.model)[1])
     brief = (
         "cannot join tiny-sharded/tiny.gguf: piece tiny.gguf.part-02 in component "
@@ -287,15 +289,19 @@ def test_a_corrupt_piece_stops_the_daemon_and_leaves_no_joined_file(snap: Snap) 
         f"`{NAME} use-engine --auto`.",
     ]
     assert sorted(p.name for p in (snap.artifacts / "tiny-sharded").iterdir()) == []
-    status = json.loads(snap.trial.run("status", "--json").stdout)
-    assert status["daemon"] == {"phase": "failed", "message": brief}
+    assert health["detail"].startswith(f"{brief} (expected sha256 {good}")
+    assert health["resolution"] == (
+        f"Reinstall the component(s) ({NAME}+tiny-sharded-2), then run `{NAME} use-engine --auto`."
+    )
+    note = json.loads((Path(snap.trial.env["SNAP_DATA"]) / "daemon.json").read_text())
+    assert (note["phase"], note["message"]) == ("unavailable", f"load-failed: {brief}")
 
 
 def test_a_missing_piece_names_its_component(snap: Snap) -> None:
     snap.staged_piece("tiny-sharded-3", "tiny.gguf.part-03").unlink()
     assert _hook(snap, "install")[0] == 0
-    code, err = _daemon(snap)
-    assert code == 1
+    health, err = _daemon(snap)
+    assert health["reason"] == "load-failed"
     assert err[-3:] == [
         "Error: cannot join tiny-sharded/tiny.gguf: piece tiny.gguf.part-03 is missing from "
         "component tiny-sharded-3",
@@ -313,8 +319,8 @@ def test_too_little_disk_space_fails_before_writing(snap: Snap) -> None:
     data["artifacts"]["tiny-sharded"]["files"][0]["size"] = free * 2
     data_file.write_text(yaml.safe_dump(data))
     assert _hook(snap, "install")[0] == 0
-    code, err = _daemon(snap)
-    assert code == 1
+    health, err = _daemon(snap)
+    assert health["reason"] == "load-failed"
     assert [line for line in err if line.startswith("Error:")] == [
         "Error: not enough free disk space to join tiny-sharded"
     ]

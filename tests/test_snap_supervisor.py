@@ -1,7 +1,7 @@
 """The snapctl stand-in's supervisor: ``restart-condition`` with systemd's start limit.
 
-Real processes throughout: shell daemons that count their starts, and the real in-snap daemon of
-a model too large for a recorded laptop, which exits 3 at once. snapd's unit would restart it on
+Real processes throughout: shell daemons that count their starts, and the real in-snap daemon
+whose port another program holds, which exits 2 at once. snapd's unit would restart it on
 failure until systemd's start limit; so must the stand-in, and no further.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -133,10 +134,11 @@ def test_restart_rules_follow_systemd() -> None:
     }
 
 
-def test_the_real_daemon_exiting_3_is_not_restarted_in_a_loop(
+def test_the_real_daemon_failing_is_not_restarted_in_a_loop(
     tmp_path: Path, machines_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Nothing fits: the hooks leave the service disabled; started anyway, it stops for good."""
+    """Its port taken by another program, the daemon fails (exit 2); restarted on failure until
+    the start limit, then left failed."""
     manifest = tmp_path / "huge-demo.yaml"
     manifest.write_text(
         yaml.safe_dump(
@@ -179,23 +181,28 @@ def test_the_real_daemon_exiting_3_is_not_restarted_in_a_loop(
     monkeypatch.setenv("SNAPBUILD_HOST_ROOT", str(machines_dir / "asus-ux301l" / "machine-root"))
     trial, decision, _ = prepare(str(manifest), work_dir=tmp_path / "work", echo=lambda _: None)
     assert decision.selected is None
+    trial.stop()  # the install hook started it: with nothing to load it answers 503 saying why
+    port = json.loads(trial.run("get", "port", "--json").stdout)["port"]
     # each start of the real daemon is a Python process: widen the window so a slow, shared
     # machine still counts all five starts inside it (the burst is what is under test)
     env = {**trial.env, "SNAPCTL_STANDIN_START_LIMIT_INTERVAL": "600s"}
-    try:
-        start = subprocess.run(
-            [str(trial.bin / "snapctl"), "start", "huge-demo.server"], env=env, check=False
-        )
-        assert start.returncode == 0
-        _wait(lambda: "failed" in trial.snapctl("services").stdout, timeout=120)
-        log = trial.log()
-        assert log.count("snapctl-standin: server: exited with status 3") == 5
-        assert log.count("Error: no engine fits this machine; the server does not start") == 5
-        assert log.splitlines()[-1] == (
-            "snapctl-standin: server: start limit hit (5 starts within 600s); not restarting: "
-            "the service is failed"
-        )
-        services = json.loads((trial.state / "services.json").read_text())["server"]
-        assert (services["enabled"], services["failed"], services["starts"]) == (False, True, 5)
-    finally:
-        trial.stop()
+    with socket.socket() as squatter:  # another program took the port: the daemon cannot serve
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        try:
+            start = subprocess.run(
+                [str(trial.bin / "snapctl"), "start", "huge-demo.server"], env=env, check=False
+            )
+            assert start.returncode == 0
+            _wait(lambda: "failed" in trial.snapctl("services").stdout, timeout=120)
+            log = trial.log()
+            assert log.count("snapctl-standin: server: exited with status 2") == 5
+            assert log.count(f"Error: port {port} on 127.0.0.1 is already in use") == 5
+            assert log.splitlines()[-1] == (
+                "snapctl-standin: server: start limit hit (5 starts within 600s); not "
+                "restarting: the service is failed"
+            )
+            services = json.loads((trial.state / "services.json").read_text())["server"]
+            assert (services["failed"], services["starts"]) == (True, 5)
+        finally:
+            trial.stop()

@@ -1,7 +1,8 @@
 """End to end: a model ladder of two tiny generated GGUFs (`snapbuild new` on both files) tried as
 a snap. The install hook installs only the chosen size's components, `models` lists every size
 with its reason, `use-model` switches to the other size (installing its weights, removing the
-first's) and the server serves it under the same model id, /v1/models naming the size.
+first's) and the server serves it under the same model id, /v1/models and the discovery
+document naming the size.
 
 One operator's session on one trial, in file order (as tests/test_try_smollm2.py).
 """
@@ -56,6 +57,21 @@ def wait_option(port: int, option: str, timeout: float = 90) -> dict[str, Any]:
             pass
         time.sleep(0.2)
     raise AssertionError(f"no server serving {option} on port {port}")
+
+
+def published(trial: Trial, option: str, timeout: float = 30) -> dict[str, Any]:
+    """The discovery document once the daemon published that ``option`` serves."""
+    path = Path(trial.env["SNAP_COMMON"]) / "discovery" / "api.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            data: dict[str, Any] = json.loads(path.read_text())
+            if data.get("option") == option and data.get("status") == "ok":
+                return data
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"no discovery document saying {option} serves at {path}")
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +157,10 @@ def test_use_model_switches_size_and_serves_it(tried: tuple[Trial, str, int, int
         SMALL,
         ["text"],
     )
+    # other programs find the same model id, and the size that serves it, in the document
+    document = published(trial, SMALL)
+    assert (document["model"], document["engine"]["name"]) == (NAME, "cpu")
+    assert document["capabilities"]["text"]["passed"] is True
     answer = trial.run("chat", "--max-tokens", "4", "--temperature", "0", input_text="Hi\n")
     assert answer.returncode == 0 and answer.stdout.strip(), answer.stderr
     assert trial.run("get", "model").stdout == f"model={SMALL}\n"

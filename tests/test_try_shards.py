@@ -22,6 +22,7 @@ import requests
 import yaml
 from support.llama import needs_llama_server
 from support.tiny_models import write_tiny_llama_gguf
+from support.trials import daemon_outage
 
 from hwprobe import probe
 from snapbuild.manifest.loader import load_manifest
@@ -213,25 +214,24 @@ def test_a_daemon_whose_components_never_come_fails_clearly(
     write_commands(trial)
     assert trial.run_hook("install", flush=False).returncode == 0
     monkeypatch.setenv("SNAPBUILD_COMPONENT_WAIT", "1")
-    proc = trial.run("daemon")
+    health, log = daemon_outage(trial)  # it answers on its port why, instead of exiting
     components = trial.work / "components" / "x1"
-    assert (proc.returncode, proc.stderr.splitlines()) == (
-        3,
-        [
-            "waiting for components llamacpp-cpu, tiny-pieces-f32, tiny-pieces-f32-2, "
-            "tiny-pieces-f32-3 (snapd installs them after the install hook; up to 1s)",
-            "Error: engine cpu's components were not installed within 1s",
-            "  missing: "
-            + ", ".join(
-                str(components / c)
-                for c in (
-                    "llamacpp-cpu",
-                    "tiny-pieces-f32",
-                    "tiny-pieces-f32-2",
-                    "tiny-pieces-f32-3",
-                )
-            ),
-            f"Fix: See `snap changes` for a failed component install, then run "
-            f"`{NAME} use-engine cpu` to install them.",
-        ],
+    missing = ", ".join(
+        str(components / c)
+        for c in ("llamacpp-cpu", "tiny-pieces-f32", "tiny-pieces-f32-2", "tiny-pieces-f32-3")
+    )
+    fix = (
+        f"See `snap changes` for a failed component install, then run "
+        f"`{NAME} use-engine cpu` to install them."
+    )
+    assert log == [
+        "waiting for components llamacpp-cpu, tiny-pieces-f32, tiny-pieces-f32-2, "
+        "tiny-pieces-f32-3 (snapd installs them after the install hook; up to 1s)",
+        "Error: engine cpu's components were not installed within 1s",
+        f"  missing: {missing}",
+        f"Fix: {fix}",
+    ]
+    assert (health["reason"], health["resolution"]) == ("failed", fix)
+    assert health["detail"] == (
+        f"engine cpu's components were not installed within 1s (missing: {missing})"
     )

@@ -151,6 +151,14 @@ def test_status_and_engines(tried: tuple[Trial, str, int]) -> None:
         "f16",
     )
     assert status.pop("live") is None  # the service is stopped
+    common = trial.work / "var" / "common"
+    assert status.pop("discovery-file") == f"{common}/discovery/api.json"
+    published = json.loads((common / "discovery" / "api.json").read_text())
+    assert status.pop("discovery") == published  # what the server published when it ran
+    assert (published["base-url"], published["capabilities"]["text"]["passed"]) == (
+        f"http://127.0.0.1:{port}/v1",
+        True,
+    )
     assert status == {
         "snap": "smollm2",
         "model": "smollm2",
@@ -170,7 +178,8 @@ def test_status_and_engines(tried: tuple[Trial, str, int]) -> None:
     text = trial.run("status").stdout.splitlines()
     assert text[6].startswith(
         "serving:      8 parallel slots x 4096 tokens, f16 KV cache, flash attention on, "
-        "prompt-cache reuse from 256 tokens (8 slots, the device's preferred number, fit in f16"
+        "prompt-cache reuse from 256 tokens, 90 MiB prompt cache (8 slots, the device's "
+        "preferred number, fit in f16"
     )
     del text[6]
     assert text == [
@@ -180,6 +189,8 @@ def test_status_and_engines(tried: tuple[Trial, str, int]) -> None:
         "service:      smollm2.server (inactive, enabled)",
         f"endpoint:     http://127.0.0.1:{port}/v1",
         "context-size: 4096",
+        "capabilities: text passed",
+        f"discovery:    {common}/discovery/api.json (Unix socket {common}/api.sock)",
         "The service is enabled but not running: stopped, still starting, or failed "
         "(see the service log).",
     ]

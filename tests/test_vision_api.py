@@ -94,6 +94,40 @@ def test_openai_client_sends_a_png_and_gets_an_answer(served: str, images: dict[
     assert seen.usage.prompt_tokens >= plain.usage.prompt_tokens + IMAGE_TOKENS
 
 
+def test_responses_api_takes_input_images(served: str, images: dict[str, Path]) -> None:
+    """``input_image`` parts of the Responses API go through the same checks and into the same
+    prompt; a refusal names the Responses field, not the chat one it became."""
+    client = _client(served)
+    ask = {"type": "input_text", "text": "Hi"}
+    plain = client.responses.create(model="tinyvision", input="Hi", max_output_tokens=4)
+    seen = client.responses.create(
+        model="tinyvision",
+        instructions="Describe it.",
+        input=[
+            {
+                "role": "user",
+                "content": [ask, {"type": "input_image", "image_url": _data_url(images["png"])}],
+            }
+        ],
+        max_output_tokens=4,
+    )  # type: ignore[arg-type]
+    assert seen.usage is not None and plain.usage is not None
+    assert seen.usage.input_tokens >= plain.usage.input_tokens + IMAGE_TOKENS
+    gif = {"type": "input_image", "image_url": _data_url(images["gif"], "image/gif")}
+    refused = httpx.post(
+        f"{served}/v1/responses",
+        json={
+            "model": "tinyvision",
+            "instructions": "Describe it.",
+            "input": [{"role": "user", "content": [ask, gif]}],
+        },
+    )
+    error = refused.json()["error"]
+    assert (refused.status_code, error["code"]) == (400, "unsupported_image_format")
+    assert error["param"] == "input[0].content[1].image_url"
+    assert "input[0].content[1].image_url" in error["message"]
+
+
 def test_several_images_in_every_format(served: str, images: dict[str, Path]) -> None:
     one = _post(served, _ask(_image(_data_url(images["png"]))))
     parts = [

@@ -1,5 +1,5 @@
 """Response bodies of the OpenAI-compatible API, as pydantic models (requests are in
-:mod:`runtimes.gateway.schemas`).
+:mod:`runtimes.requests`).
 
 The routes declare them as their response models, so FastAPI's OpenAPI document describes what
 is really sent; the tests check what is sent against OpenAI's own published schemas.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 
 class UsageInfo(BaseModel):
@@ -170,6 +170,15 @@ class EmbeddingList(BaseModel):
     usage: UsageInfo
 
 
+class Proof(BaseModel):
+    """One declared capability's check at start (runtimes.gateway.proofs): whether it passed,
+    why not, how long it took."""
+
+    passed: bool
+    detail: str | None = None
+    seconds: float
+
+
 class ModelCard(BaseModel):
     """The one model this server serves."""
 
@@ -178,9 +187,20 @@ class ModelCard(BaseModel):
     created: int
     owned_by: str = "snapbuild"
     inputs: list[Literal["text", "vision", "audio"]] = ["text"]  # what the model takes in
+    # the declared capabilities (text, vision, tools) as checked at start; empty: none declared
+    capabilities: dict[str, Proof] = Field(default_factory=dict)
     # a snap with model options (sizes): which one serves; the id stays the snap's name, so a
     # client's requests do not change when the snap switches size
     option: str | None = None
+
+    # (no return annotation: pydantic then documents the fields, not a bare object)
+    @model_serializer(mode="wrap")
+    def _without_option(self, handler: SerializerFunctionWrapHandler):
+        """A snap with one model has no ``option`` key (a capability's null ``detail`` stays)."""
+        data: dict[str, Any] = handler(self)
+        if data.get("option") is None:
+            data.pop("option", None)
+        return data
 
 
 class ModelList(BaseModel):
@@ -226,5 +246,9 @@ class Health(BaseModel):
     context_size: int
     inputs: list[Literal["text", "vision", "audio"]] = ["text"]  # what the model takes in
     detail: str | None = None
+    # while the engine cannot serve: why (runtimes.gateway.outage.Reason) and what to do
+    reason: str | None = None
+    resolution: str | None = None
+    capabilities: dict[str, Proof] = Field(default_factory=dict)  # checked at start
     runtime_info: dict[str, object] = Field(default_factory=dict)
     generations: QueueStats

@@ -11,8 +11,10 @@ an untrusted image the gateway did not look at first:
 - a format other than PNG, JPEG or WebP, a declared type that does not match the bytes, or bytes
   that do not decode: 400;
 - ``http(s)`` URLs: 400 unless the operator allowed them (``<snap> set remote-images=true``);
-  then the gateway fetches them itself, bounded by ``fetch_timeout`` and ``max_bytes``, and hands
-  the engine a ``data:`` URL (engines never fetch anything);
+  then the gateway fetches them itself, bounded by ``fetch_timeout`` (for the whole fetch),
+  ``max_bytes`` and ``max_url_chars``, and hands the engine a ``data:`` URL (engines never fetch
+  anything);
+- images are decoded in at most ``decoders`` threads beside the event loop, never on it;
 - any image sent to a model or engine that does not take images: 400.
 
 Checked images are rewritten as canonical ``data:`` URLs (the sniffed type), the shape both
@@ -23,11 +25,14 @@ image" for it).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import functools
 import io
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +50,9 @@ class ImagePolicy:
     max_bytes: int = 5 * 1024 * 1024
     max_pixels: int = 4096 * 4096
     remote_urls: bool = False
-    fetch_timeout: float = 10.0
+    fetch_timeout: float = 10.0  # for the whole fetch: a byte every few seconds ends here too
+    max_url_chars: int = 8192  # of an http(s) URL (what browsers and servers accept)
+    decoders: int = 2  # images decoded at once, in threads beside the event loop
 
 
 @dataclass(frozen=True)
@@ -127,8 +134,8 @@ def _url(where: str, part: dict[str, Any]) -> str:
 
 async def _load(where: str, url: str, policy: ImagePolicy) -> Image:
     if DATA_URL_RE.match(url):
-        declared, data = _decode_data_url(where, url, policy)
-    elif url.lower().startswith(("http://", "https://")):
+        return await _off_the_loop(policy, _decode_inline, where, url, policy)
+    if url.lower().startswith(("http://", "https://")):
         if not policy.remote_urls:
             raise ApiError(
                 400,
@@ -138,15 +145,33 @@ async def _load(where: str, url: str, policy: ImagePolicy) -> Image:
                 param=where,
                 code="remote_image_refused",
             )
-        declared, data = None, await _fetch(where, url, policy)
-    else:
-        raise ApiError(
-            400,
-            f"{where}.url must be a data: URL (data:image/png;base64,...) of a PNG, JPEG or "
-            "WebP image",
-            param=where,
-            code="invalid_image",
+        data = await _fetch(where, url, policy)
+        return await _off_the_loop(policy, inspect, where, data, None, policy)
+    raise ApiError(
+        400,
+        f"{where}.url must be a data: URL (data:image/png;base64,...) of a PNG, JPEG or WebP image",
+        param=where,
+        code="invalid_image",
+    )
+
+
+_DECODERS: dict[int, ThreadPoolExecutor] = {}
+
+
+async def _off_the_loop(policy: ImagePolicy, work: Callable[..., Image], *args: Any) -> Image:
+    """Decoding a large image takes the CPU for a while: in one of ``policy.decoders`` threads,
+    so the event loop (``/health``, every stream) keeps answering and at most that many decode
+    at once; the others wait their turn without holding the loop."""
+    pool = _DECODERS.get(policy.decoders)
+    if pool is None:
+        pool = _DECODERS[policy.decoders] = ThreadPoolExecutor(
+            policy.decoders, thread_name_prefix="image-decode"
         )
+    return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(work, *args))
+
+
+def _decode_inline(where: str, url: str, policy: ImagePolicy) -> Image:
+    declared, data = _decode_data_url(where, url, policy)
     return inspect(where, data, declared, policy)
 
 
@@ -190,35 +215,40 @@ def _too_big(where: str, size: int, policy: ImagePolicy) -> ApiError:
 
 
 async def _fetch(where: str, url: str, policy: ImagePolicy) -> bytes:
-    """GET a remote image, streamed and cut off at ``max_bytes`` (operator-enabled only)."""
+    """GET a remote image (operator-enabled only), cut off at ``max_bytes`` and at
+    ``fetch_timeout`` for the whole fetch; any failure is the client's 400, naming the part."""
+    import httpx
+
+    if len(url) > policy.max_url_chars:
+        raise _fetch_failed(where, f"the URL is {len(url)} characters, over {policy.max_url_chars}")
+    try:
+        return await asyncio.wait_for(_get(where, url, policy), policy.fetch_timeout)
+    except asyncio.TimeoutError:
+        raise _fetch_failed(where, f"it did not arrive within {policy.fetch_timeout:g} s") from None
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError, UnicodeError) as exc:
+        raise _fetch_failed(where, f"it could not be fetched ({type(exc).__name__})") from None
+
+
+def _fetch_failed(where: str, why: str) -> ApiError:
+    return ApiError(400, f"{where}.url: {why}", param=where, code="image_fetch_failed")
+
+
+async def _get(where: str, url: str, policy: ImagePolicy) -> bytes:
     import httpx
 
     chunks: list[bytes] = []
     size = 0
-    try:
-        async with (
-            httpx.AsyncClient(timeout=policy.fetch_timeout, follow_redirects=False) as client,
-            client.stream("GET", url) as response,
-        ):
-            if response.status_code != 200:
-                raise ApiError(
-                    400,
-                    f"{where}.url: fetching the image answered HTTP {response.status_code}",
-                    param=where,
-                    code="image_fetch_failed",
-                )
-            async for chunk in response.aiter_bytes():
-                size += len(chunk)
-                if size > policy.max_bytes:
-                    raise _too_big(where, size, policy)
-                chunks.append(chunk)
-    except httpx.HTTPError as exc:
-        raise ApiError(
-            400,
-            f"{where}.url: the image could not be fetched ({type(exc).__name__})",
-            param=where,
-            code="image_fetch_failed",
-        ) from None
+    async with (
+        httpx.AsyncClient(timeout=policy.fetch_timeout, follow_redirects=False) as client,
+        client.stream("GET", url) as response,
+    ):
+        if response.status_code != 200:
+            raise _fetch_failed(where, f"fetching the image answered HTTP {response.status_code}")
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > policy.max_bytes:
+                raise _too_big(where, size, policy)
+            chunks.append(chunk)
     return b"".join(chunks)
 
 

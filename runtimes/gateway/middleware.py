@@ -8,11 +8,14 @@ answers, which a response-object middleware would buffer.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from runtimes.gateway.errors import error_json
 from runtimes.gateway.metrics import Metrics
+from runtimes.gateway.protocol import LIMITS
+from runtimes.gateway.unicode import lone_surrogate
 
 __all__ = ["ASGIApp", "BodyLimit", "CountRequests"]
 
@@ -30,9 +33,10 @@ class BodyLimit:
     is how disconnects are noticed).
     """
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, seconds: float = LIMITS.body_s) -> None:
         self.app = app
         self.limit = limit
+        self.seconds = seconds  # for the whole body: a trickle of bytes holds nothing for long
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
@@ -44,8 +48,13 @@ class BodyLimit:
             return
         chunks: list[bytes] = []
         size = 0
+        deadline = asyncio.get_running_loop().time() + self.seconds
         while True:
-            message = await receive()
+            try:
+                message = await _before(deadline, receive())
+            except asyncio.TimeoutError:
+                await _answer(send, 408, _too_slow(self.seconds))
+                return
             if message["type"] == "http.disconnect":
                 return
             chunk = message.get("body", b"")
@@ -57,6 +66,10 @@ class BodyLimit:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
+        field = lone_surrogate(body)
+        if field is not None:
+            await _answer(send, 400, _surrogate_error(field))
+            return
         replayed = False
 
         async def replay() -> dict[str, Any]:
@@ -75,18 +88,46 @@ class BodyLimit:
             "send smaller requests",
             code="request_too_large",
         )
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(payload)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": payload})
+        await _answer(send, 413, payload)
+
+
+async def _before(deadline: float, waiting: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    left = deadline - asyncio.get_running_loop().time()
+    return await asyncio.wait_for(waiting, max(left, 0.0))
+
+
+def _too_slow(seconds: float) -> bytes:
+    return error_json(
+        408,
+        f"the request body did not arrive within {seconds:g} s; send it in one go",
+        code="request_timeout",
+    )
+
+
+def _surrogate_error(field: str) -> bytes:
+    return error_json(
+        400,
+        f"the request body is not valid JSON text: {field or 'it'} holds a lone UTF-16 "
+        "surrogate (a \\uD800-\\uDFFF escape without its pair); send valid Unicode",
+        param=field or None,
+        code="invalid_json",
+    )
+
+
+async def _answer(send: Send, status: int, payload: bytes) -> None:
+    """A whole JSON error answer, the connection closed after it."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
 
 
 class CountRequests:

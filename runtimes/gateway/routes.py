@@ -14,29 +14,38 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from runtimes import requests as s
-from runtimes.engine import Call, Engine, JsonObject, Status
+from runtimes.engine import Call, Engine, JsonObject, Modality, Status
 from runtimes.gateway import answers as a
+from runtimes.gateway.budget import PromptBudget
 from runtimes.gateway.errors import ApiError
 from runtimes.gateway.images import ImagePolicy, check_request, image_parts
+from runtimes.gateway.inputs import check_inputs, check_prompts
 from runtimes.gateway.metrics import Metrics
+from runtimes.gateway.openapi import describe
+from runtimes.gateway.outage import Advice, Outage, Reason, UnavailableEngine
+from runtimes.gateway.proofs import refusal
+from runtimes.gateway.responses import answers as ra
+from runtimes.gateway.responses.request import ResponseRequest
+from runtimes.gateway.responses.serve import respond
+from runtimes.gateway.responses.store import ResponseStore
+from runtimes.gateway.validation import validation_error
 from runtimes.requests import MAX_EMBEDDING_INPUTS
 
 __all__ = ["ERRORS", "ServerState", "install_error_handlers", "install_routes"]
 
 log = logging.getLogger("snapbuild.server")
 
-NOT_AN_OBJECT = ("model_attributes_type", "dict_type", "missing")
 LIVE_REFRESH_S = 1.0
 
 
@@ -54,12 +63,18 @@ class ServerState:
     max_choices: int | None = None
     images: ImagePolicy = field(default_factory=ImagePolicy)
     option: str | None = None  # a snap with model options: the one that serves
+    budget: PromptBudget | None = None  # the prompt's lower bound, checked before forwarding
     status: Status = "loading"
     detail: str | None = None
     load_error: BaseException | None = None
     created: int = field(default_factory=lambda: int(time.time()))
+    responses: ResponseStore = field(default_factory=ResponseStore)  # previous_response_id
     live: dict[str, float] = field(default_factory=dict)
     live_at: float = 0.0
+    # the capabilities tried at start (runtimes.gateway.proofs) and why the last start failed
+    proofs: dict[str, a.Proof] = field(default_factory=dict)
+    failure: Reason = "load-failed"
+    advice: Advice = field(default_factory=Advice)
 
     def current(self) -> tuple[Status, str | None]:
         """(status, detail) now: the load's, then the engine's (a supervised child may have
@@ -67,6 +82,25 @@ class ServerState:
         if self.status == "ok":
             return self.engine.status()
         return self.status, self.detail
+
+    def outage(self) -> Outage | None:
+        """Why the engine is not serving now, with what to do; None while it serves or loads."""
+        status, detail = self.current()
+        if status in ("ok", "loading"):
+            return None
+        if isinstance(self.engine, UnavailableEngine):
+            return self.engine.outage
+        text = detail or status
+        if self.status == "error":  # the last start failed: it never served since
+            return Outage(self.failure, text, self.advice.load_failed)
+        if status == "restarting":
+            return Outage("restarting", text, self.advice.restarting)
+        return Outage("restart-limit", text, self.advice.restart_limit)
+
+    def inputs(self) -> list[Modality]:
+        """What the model takes in and was not refused by its check at start."""
+        blind = refusal(self.proofs, "vision") is not None
+        return [i for i in self.engine.inputs if not (blind and i == "vision")]
 
     @property
     def choices_limit(self) -> int | None:
@@ -85,10 +119,13 @@ class ServerState:
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": a.ErrorResponse, "description": text}
     for code, text in (
-        (400, "Malformed JSON, context overflow, or an operation the engine does not support"),
+        (
+            400,
+            "Malformed JSON, a field with a wrong type or value (param names it), context "
+            "overflow, or an operation the engine does not support",
+        ),
         (404, "Unknown model id"),
         (413, "Request body too large"),
-        (422, "A field has a wrong type or value"),
         (503, "The model is still loading, failed to load, or its server is restarting"),
     )
 }
@@ -103,7 +140,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return _validation_error(exc.errors()).response()
+        return validation_error(exc.errors()).response()
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -116,48 +153,16 @@ def install_error_handlers(app: FastAPI) -> None:
         return ApiError(500, f"internal error: {exc}", type="server_error").response()
 
 
-PYDANTIC_TAGS = frozenset({"str", "int", "float", "bool", "none", "[key]"})
-
-
-def _validation_error(errors: Sequence[Any]) -> ApiError:
-    if any(e.get("type") in NOT_AN_OBJECT and tuple(e.get("loc", ())) == ("body",) for e in errors):
-        return ApiError(400, "the request body must be a JSON object", code="invalid_json")
-    if any(e.get("type") == "json_invalid" for e in errors):
-        detail = next(e for e in errors if e.get("type") == "json_invalid")
-        ctx = detail.get("ctx") or {}
-        return ApiError(
-            400,
-            f"the request body is not valid JSON: {ctx.get('error', detail.get('msg'))}",
-            code="invalid_json",
-        )
-    first = errors[0] if errors else {}
-    messages = "; ".join(f"{_field(e) or 'body'}: {e.get('msg')}" for e in errors[:5])
-    return ApiError(
-        422, f"invalid request: {messages}", param=_field(first) or None, code="invalid_value"
-    )
-
-
-def _field(error: Mapping[str, Any]) -> str:
-    """The request field an error is about, dotted (``messages.0.content``), without pydantic's
-    own steps: ``body``, a union member's tag (``str``, ``list[...]``, ``TextPart``) or ``[key]``
-    (a dict key that failed is named by the key before it)."""
-    parts = []
-    for part in error.get("loc", ()):
-        text = str(part)
-        internal = text in PYDANTIC_TAGS or "[" in text or text[:1].isupper()
-        if text != "body" and not (isinstance(part, str) and internal):
-            parts.append(text)
-    return ".".join(parts)
-
-
 def install_routes(app: FastAPI, state: ServerState) -> None:
     """The endpoints, answering from ``state``."""
+    describe(app, [a.ChatCompletionChunk, ra.ResponseEvent])
 
     @app.get("/health", response_model=a.Health, responses={503: {"model": a.Health}})
     async def health() -> JSONResponse:
         """200 once the engine is ready and warmed up; 503 while loading, restarting, or after
         a failure (``detail`` says what happened)."""
         status, detail = state.current()
+        outage = state.outage()
         body = a.Health(
             status=status,
             model=state.model_id,
@@ -165,8 +170,11 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
             runtime=state.engine.runtime,
             device=state.device,
             context_size=state.context_size,
-            inputs=list(state.engine.inputs),
+            inputs=state.inputs(),
             detail=detail,
+            reason=outage.reason if outage else None,
+            resolution=outage.resolution if outage else None,
+            capabilities=state.proofs,
             runtime_info=state.engine.describe(),
             generations=a.QueueStats(**state.engine.stats()),
         )
@@ -187,20 +195,18 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
         page = resources.files("runtimes.gateway").joinpath("chat.html").read_text(encoding="utf-8")
         return HTMLResponse(page.replace("{{MODEL}}", _html_escape(state.model_id)))
 
-    @app.get("/v1/models", response_model=a.ModelList, response_model_exclude_none=True)
+    @app.get("/v1/models", response_model=a.ModelList, responses={503: ERRORS[503]})
     async def models() -> a.ModelList:
-        """The one model this server serves; its id is the snap's name."""
+        """The one model this server serves; its id is the snap's name (503 while the engine
+        cannot serve it: the message says why and what to do)."""
+        _check_serving(state)
         return a.ModelList(data=[_card(state)])
 
-    @app.get(
-        "/v1/models/{model}",
-        response_model=a.ModelCard,
-        response_model_exclude_none=True,
-        responses=ERRORS,
-    )
+    @app.get("/v1/models/{model}", response_model=a.ModelCard, responses=ERRORS)
     async def model(model: str) -> a.ModelCard:
         """One model by id."""
         _check_model(state, model)
+        _check_serving(state)
         return _card(state)
 
     @app.post(
@@ -212,7 +218,11 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
         """Chat with the model; ``stream: true`` answers server-sent events ending in [DONE]."""
         _check_ready(state, body.model, "chat")
         _check_choices(state, body.n)
-        body, payload = await _checked_images(state, body, await request.json())
+        if state.budget is not None:
+            state.budget.check_chat(body)
+        payload = await request.json()
+        _check_proven(state, body, payload)
+        body, payload = await _checked_images(state, body, payload)
         return await state.engine.chat(body, _call(payload, request))
 
     @app.post(
@@ -224,28 +234,47 @@ def install_routes(app: FastAPI, state: ServerState) -> None:
         """Continue a prompt; ``stream: true`` answers server-sent events ending in [DONE]."""
         _check_ready(state, body.model, "completion")
         _check_choices(state, body.n)
-        if isinstance(body.prompt, list) and len(body.prompt) != 1:
-            raise ApiError(400, "give exactly one prompt per request", param="prompt")
-        if not body.prompt or not (body.prompt if isinstance(body.prompt, str) else body.prompt[0]):
-            raise ApiError(400, "the prompt is empty; give some text", param="prompt")
+        check_prompts(body.prompt, state.engine.vocabulary, state.engine.runtime)
+        if state.budget is not None:
+            state.budget.check_completion(body)
         return await state.engine.completions(body, _call(await request.json(), request))
+
+    @app.post(
+        "/v1/responses",
+        response_model=ra.ResponseObject,
+        responses={**ERRORS, 200: _stream_doc(ra.ResponseEvent)},
+    )
+    async def responses(body: ResponseRequest, request: Request) -> Any:
+        """OpenAI's Responses API, answered by the model's chat: text and images in, function
+        tools, ``text.format``, ``stream: true`` for typed events, ``previous_response_id``
+        for responses this process kept."""
+        _check_ready(state, body.model, "chat")
+
+        async def chat(payload: dict[str, Any]) -> Response:
+            try:
+                checked = s.ChatCompletionRequest.model_validate(payload)
+            except ValidationError as exc:
+                raise validation_error(exc.errors()) from exc
+            checked, shown = await _checked_images(state, checked, payload)
+            return await state.engine.chat(checked, _call(shown, request))
+
+        return await respond(body, state.model_id, state.responses, chat)
+
+    @app.get("/v1/responses/{response_id}", response_model=ra.ResponseObject, responses=ERRORS)
+    async def stored_response(response_id: str) -> JSONResponse:
+        """A response this process kept (``store`` was not false)."""
+        stored = state.responses.find(response_id)
+        if stored is None:
+            raise ApiError(404, f"no stored response with id {response_id!r}",
+                           param="response_id", code="not_found")  # fmt: skip
+        return JSONResponse(stored.response)
 
     @app.post("/v1/embeddings", response_model=a.EmbeddingList, responses=ERRORS)
     async def embeddings(body: s.EmbeddingRequest, request: Request) -> Any:
         """Embed one text or a list of texts, where the engine computes embeddings."""
         _check_ready(state, body.model, "embeddings")
-        texts = [body.input] if isinstance(body.input, str) else body.input
-        if not texts or len(texts) > MAX_EMBEDDING_INPUTS:
-            raise ApiError(400, f"give between 1 and {MAX_EMBEDDING_INPUTS} inputs", param="input")
-        empty = [i for i, t in enumerate(texts) if not t.strip()]
-        if empty:
-            where = "input" if isinstance(body.input, str) else f"input[{empty[0]}]"
-            raise ApiError(
-                400,
-                f"{where} is empty: there is nothing to embed",
-                param="input",
-                code="empty_input",
-            )
+        engine = state.engine
+        check_inputs(body.input, MAX_EMBEDDING_INPUTS, engine.vocabulary, engine.runtime)
         call = _call(await request.json(), request)
         return JSONResponse(await state.engine.embeddings(body, call))
 
@@ -288,9 +317,26 @@ def _card(state: ServerState) -> a.ModelCard:
     return a.ModelCard(
         id=state.model_id,
         created=state.created,
-        inputs=list(state.engine.inputs),
+        inputs=state.inputs(),
+        capabilities=state.proofs,
         option=state.option,
     )
+
+
+def _check_serving(state: ServerState) -> None:
+    """The outage's 503 while the engine cannot serve (not while it is still loading)."""
+    outage = state.outage()
+    if outage is not None:
+        raise outage.error()
+
+
+def _check_proven(state: ServerState, body: s.ChatCompletionRequest, payload: JsonObject) -> None:
+    """A 400 for a request that needs a capability whose check failed at start."""
+    tools = refusal(state.proofs, "tools") if body.tools and body.tool_choice != "none" else None
+    vision = refusal(state.proofs, "vision") if image_parts(dict(payload)) else None
+    refused = tools or vision
+    if refused is not None:
+        raise refused
 
 
 def _check_model(state: ServerState, model: str) -> None:
@@ -313,6 +359,7 @@ def _check_ready(state: ServerState, model: str, capability: str) -> None:
             f"{capability}; it supports: {does}",
             code="unsupported_operation",
         )
+    _check_serving(state)
     status, detail = state.current()
     if status != "ok":
         raise ApiError(

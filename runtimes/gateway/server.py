@@ -32,33 +32,42 @@ import asyncio
 import contextlib
 import errno
 import logging
+import os
 import socket
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from runtimes.declared import Capability
 from runtimes.engine import Engine, LoadOptions
+from runtimes.gateway.budget import PromptBudget, gguf_budget
 from runtimes.gateway.errors import ApiError
 from runtimes.gateway.images import ImagePolicy
+from runtimes.gateway.lifecycle import Readiness, Startup, start
 from runtimes.gateway.metrics import Metrics
 from runtimes.gateway.middleware import BodyLimit, CountRequests
+from runtimes.gateway.outage import Advice, Outage, UnavailableEngine
+from runtimes.gateway.protocol import LIMITS as CONNECTION_LIMITS
+from runtimes.gateway.protocol import ConnectionLimits, http_protocol
 from runtimes.gateway.routes import ServerState, install_error_handlers, install_routes
 from runtimes.inprocess.adapter import RuntimeAdapter, adapter_class
 from runtimes.inprocess.engine import LocalEngine
 from runtimes.llamaserver.supervisor import ServingConfig
-from snapcommon.errors import SnapbuildError, UsageError
+from snapcommon.errors import UsageError
 
 __all__ = [
     "ApiError",
+    "FallbackOptions",
     "PortInUseError",
     "ServeOptions",
     "bind_socket",
     "build_engine",
     "create_app",
     "run",
+    "run_unavailable",
 ]
 
 log = logging.getLogger("snapbuild.server")
@@ -86,6 +95,10 @@ class ServeOptions:
     cors_origins: tuple[str, ...] | None = None  # None: loopback pages only
     images: ImagePolicy = field(default_factory=ImagePolicy)
     log_level: str = "info"
+    # the capabilities the manifest declares for this engine, proven at start (proofs.py)
+    declared: tuple[Capability, ...] = ()
+    advice: Advice = field(default_factory=Advice)  # what to do, in the caller's words
+    unix_socket: Path | None = None  # the same API on a Unix socket too (the snap's)
     option: str | None = None  # a snap with model options: the one that serves (/v1/models)
 
     def __post_init__(self) -> None:
@@ -110,14 +123,19 @@ def create_app(
     max_choices: int | None = None,
     images: ImagePolicy | None = None,
     loaded: bool = False,
+    startup: Startup | None = None,
     option: str | None = None,
+    budget: PromptBudget | None = None,
+    connection: ConnectionLimits = CONNECTION_LIMITS,
 ) -> FastAPI:
     """Build the app around ``engine`` (an in-process adapter is wrapped in a
     :class:`LocalEngine`); it starts (loads, warms up) in the background at startup and answers
     503 until that succeeded. ``cors_origins``: allowed browser origins (``["*"]`` for any);
     None allows loopback pages only. ``max_choices``: the most choices per request, where not
     the engine's own (:attr:`Engine.max_choices`). ``loaded``: the adapter given is loaded
-    already (a test serving the adapter it also calls directly), so startup only warms it up."""
+    already (a test serving the adapter it also calls directly), so startup only warms it up.
+    ``startup``: what to prove before ready, which files to watch after a failed load, whom to
+    tell (:class:`~runtimes.gateway.lifecycle.Startup`; default: nothing)."""
     metrics = metrics or Metrics()
     if isinstance(engine, RuntimeAdapter):
         engine = LocalEngine(engine, context_size=context_size, metrics=metrics, loaded=loaded)
@@ -132,11 +150,14 @@ def create_app(
         max_choices=max_choices,
         images=images or ImagePolicy(),
         option=option,
+        budget=budget,
     )
+    startup = startup or Startup(on_load_error=on_load_error)
+    state.advice = startup.advice
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        task = asyncio.create_task(_start(state, on_load_error))
+        task = asyncio.create_task(start(state, startup))
         yield
         task.cancel()
         await state.engine.stop()
@@ -150,7 +171,7 @@ def create_app(
     app.state.snapbuild = state
     install_error_handlers(app)
     install_routes(app, state)
-    app.add_middleware(BodyLimit, limit=max_body_bytes)  # type: ignore[arg-type]
+    app.add_middleware(BodyLimit, limit=max_body_bytes, seconds=connection.body_s)  # type: ignore[arg-type]
     app.add_middleware(CountRequests, metrics=metrics)  # type: ignore[arg-type]
     origins = list(cors_origins or [])
     app.add_middleware(
@@ -162,28 +183,6 @@ def create_app(
         max_age=600,
     )
     return app
-
-
-async def _start(state: ServerState, on_load_error: Callable[[BaseException], None] | None) -> None:
-    started = time.monotonic()
-    try:
-        await state.engine.start()
-    except BaseException as exc:
-        state.status, state.load_error = "error", exc
-        state.detail = exc.brief if isinstance(exc, SnapbuildError) else str(exc)
-        log.error("loading %s failed: %s", state.model_id, state.detail)
-        if on_load_error is not None:
-            on_load_error(exc)
-        return
-    state.status = "ok"
-    log.info(
-        "%s ready on %s (%s) in %.1f s; notes: %s",
-        state.model_id,
-        state.engine_name,
-        state.device,
-        time.monotonic() - started,
-        "; ".join(state.engine.notes) or "none",
-    )
 
 
 class PortInUseError(UsageError):
@@ -252,49 +251,130 @@ def build_engine(
     return LocalEngine(adapter, context_size=options.context_size, metrics=metrics)
 
 
-def run(options: ServeOptions, *, on_listening: Callable[[str, int], None] | None = None) -> None:
+def run(
+    options: ServeOptions,
+    *,
+    on_listening: Callable[[str, int], None] | None = None,
+    on_ready: Callable[[Readiness], None] | None = None,
+) -> None:
     """Serve ``options`` until interrupted (``snapbuild serve``, the snap daemon).
 
-    The port is bound before anything loads. Raises :class:`PortInUseError` for a busy port and
-    the engine's :class:`~snapcommon.errors.SnapbuildError` when the model fails to load.
+    The port is bound before anything loads, and stays: a model that fails to load (or whose
+    text check fails) is answered with a 503 that says why and what to do, and loaded again
+    when its files change. Raises :class:`PortInUseError` for a busy port. ``on_ready`` hears
+    :func:`~runtimes.gateway.lifecycle.readiness` after each start attempt.
     """
-    import uvicorn
-
-    sock = bind_socket(options.host, options.port)
-    bound_port = sock.getsockname()[1]
+    sockets = listen(options.host, options.port, options.unix_socket)
     metrics = Metrics()
     load = options.load
     chosen = build_engine(load, model_id=options.model_id, metrics=metrics, serving=options.serving)
-    failure: list[BaseException] = []
-    server: uvicorn.Server | None = None
-
-    def on_load_error(exc: BaseException) -> None:
-        failure.append(exc)
-        if server is not None:
-            server.should_exit = True
-
+    startup = Startup(
+        declared=options.declared,
+        watch=tuple(p for p in (load.artifact, load.projector) if p is not None),
+        advice=options.advice,
+        on_ready=on_ready,
+    )
+    budget = gguf_budget(load.artifact, load.context_size)  # None: not a GGUF
     app = create_app(
         chosen,
         model_id=options.model_id,
         engine_name=options.engine_name,
         device=load.device,
         context_size=load.context_size,
-        on_load_error=on_load_error,
         cors_origins=options.cors_origins,
         metrics=metrics,
         images=options.images,
+        startup=startup,
+        budget=budget,
         option=options.option,
     )
-    config = uvicorn.Config(app, log_level=options.log_level, timeout_graceful_shutdown=3)
+    _serve(app, sockets, options.log_level, on_listening)
+
+
+@dataclass(frozen=True)
+class FallbackOptions:
+    """A server with no engine: the model id, the outage, where to listen."""
+
+    model_id: str
+    outage: Outage
+    engine_name: str = "none"
+    host: str = "127.0.0.1"
+    port: int | str = 8080
+    unix_socket: Path | None = None
+    cors_origins: tuple[str, ...] | None = None
+    log_level: str = "info"
+
+
+def run_unavailable(
+    options: FallbackOptions, *, on_listening: Callable[[str, int], None] | None = None
+) -> None:
+    """Serve only the outage until interrupted: ``/health`` 503 with the reason, every ``/v1``
+    route an OpenAI-shaped 503 saying what failed and what to do (no engine fits, the operator
+    disabled it, the engine's files are not there). Nothing is loaded."""
+    sockets = listen(options.host, options.port, options.unix_socket)
+    app = create_app(
+        UnavailableEngine(options.outage),
+        model_id=options.model_id,
+        engine_name=options.engine_name,
+        device="none",
+        context_size=0,
+        cors_origins=options.cors_origins,
+    )
+    _serve(app, sockets, options.log_level, on_listening)
+
+
+def listen(host: str, port: int | str, unix_socket: Path | None) -> list[socket.socket]:
+    """The TCP socket (:func:`bind_socket`), and the Unix socket when one is asked for; a Unix
+    socket that cannot be made is logged and left out, the TCP port being the API's address."""
+    sockets = [bind_socket(host, port)]
+    if unix_socket is not None:
+        try:
+            sockets.append(bind_unix(unix_socket))
+        except OSError as exc:  # (a read-only directory, a path over 107 bytes)
+            log.warning("not listening on the Unix socket %s: %s", unix_socket, exc)
+    return sockets
+
+
+def bind_unix(path: Path) -> socket.socket:
+    """A listening Unix socket at ``path`` (a stale socket left by a killed server is replaced;
+    any other file there is an error). Mode 0666: any local user may connect, as any local user
+    may reach the loopback TCP port."""
+    if path.is_socket():
+        path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(path))
+        os.chmod(path, 0o666)
+    except OSError:
+        sock.close()
+        raise
+    sock.listen(2048)
+    return sock
+
+
+def _serve(
+    app: FastAPI,
+    sockets: list[socket.socket],
+    log_level: str,
+    on_listening: Callable[[str, int], None] | None,
+) -> None:
+    """Run uvicorn on the bound sockets until interrupted; close (and remove) them after."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        app, log_level=log_level, timeout_graceful_shutdown=3, http=http_protocol()
+    )
     server = uvicorn.Server(config)
     if on_listening is not None:
-        on_listening(options.host, bound_port)
+        host, port = sockets[0].getsockname()[:2]
+        on_listening(str(host), int(port))
     try:
-        server.run(sockets=[sock])
+        server.run(sockets=sockets)
     finally:
-        sock.close()
-    if failure:
-        exc = failure[0]
-        if isinstance(exc, SnapbuildError):
-            raise exc
-        raise SnapbuildError(f"{load.runtime} could not load {load.artifact}", details=str(exc))
+        for sock in sockets:
+            path = sock.getsockname() if sock.family == socket.AF_UNIX else None
+            sock.close()
+            if path:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)

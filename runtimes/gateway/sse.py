@@ -64,3 +64,24 @@ class TokenClock:
         else:
             self.metrics.observe("inter_token_latency_seconds", now - self.last)
         self.last = now
+
+
+class SseEvents:
+    """The ``data:`` payloads of an SSE body fed piece by piece, as raw bytes, in arrival order
+    (split by hand: cheaper than decoding and splitting lines, which matters on a machine whose
+    cores also run llama-server)."""
+
+    def __init__(self) -> None:
+        self.pending = b""
+
+    def feed(self, piece: bytes) -> list[bytes]:
+        """The payloads completed by ``piece`` (a partial event waits for the next one)."""
+        pending = self.pending + piece
+        found = []
+        while (cut := pending.find(b"\n\n")) >= 0:
+            event, pending = pending[:cut], pending[cut + 2 :]
+            for line in event.split(b"\n"):
+                if line.startswith(b"data: "):
+                    found.append(line[6:].strip())
+        self.pending = pending
+        return found

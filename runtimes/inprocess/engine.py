@@ -24,7 +24,9 @@ from fastapi import Response
 
 from runtimes import requests as s
 from runtimes.engine import Call, JsonObject, Modality, Status
-from runtimes.gateway.errors import ApiError, unsupported
+from runtimes.gateway.budget import context_exceeded
+from runtimes.gateway.errors import unsupported
+from runtimes.gateway.inputs import items
 from runtimes.gateway.metrics import Metrics
 from runtimes.gateway.sse import HEAD_GRACE_S, streaming
 from runtimes.inprocess.adapter import Delta, Message, RuntimeAdapter, SamplingParams
@@ -64,6 +66,12 @@ class LocalEngine:
     @property
     def max_choices(self) -> int | None:
         """None: adapters generate one choice, and :meth:`_refuse_unsupported` says so."""
+        return None
+
+    @property
+    def vocabulary(self) -> int | None:
+        """None: adapters take text (their tokenizers are their own), so the gateway refuses
+        token ids with a 400 naming the field."""
         return None
 
     def status(self) -> tuple[Status, str | None]:
@@ -122,9 +130,10 @@ class LocalEngine:
         return await self._generate(call.client_gone, start, body, chat=True)
 
     async def completions(self, body: s.CompletionRequest, call: Call) -> Response:
-        """Queue a completion (the gateway checked there is exactly one prompt)."""
+        """Queue a completion of one text prompt (the gateway refused token ids)."""
         self._refuse_unsupported(body)
-        prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
+        prompt = items(body.prompt)[0]
+        assert isinstance(prompt, str)
         params = _params(body, body.max_tokens)
         adapter = self.adapter
 
@@ -136,7 +145,7 @@ class LocalEngine:
 
     async def embeddings(self, body: s.EmbeddingRequest, call: Call) -> JsonObject:
         """Embed in the engine's worker (batching adapters gather concurrent requests)."""
-        texts = [body.input] if isinstance(body.input, str) else body.input
+        texts = [text for text in items(body.input) if isinstance(text, str)]  # ids: refused
         assert self.queue is not None
         if self.adapter.gathers:
             result = await self.queue.wait(lambda: self.adapter.embed_later(texts))
@@ -167,26 +176,14 @@ class LocalEngine:
                 raise unsupported(engine, "response_format", "constrained JSON output")
             if body.logprobs or body.top_logprobs:
                 raise unsupported(engine, "logprobs")
-        elif body.logprobs is not None or body.echo:
-            raise unsupported(engine, "logprobs" if body.logprobs is not None else "echo")
+        else:
+            _refuse_legacy(engine, body)
 
     def _check_context(self, prompt_tokens: int, params: SamplingParams, param: str) -> None:
         limit = self.context_size
         wanted = prompt_tokens + (params.max_tokens or 0)
         if prompt_tokens >= limit or wanted > limit:
-            asked = (
-                f"{wanted} tokens ({prompt_tokens} in the {param}, {params.max_tokens} for the "
-                "completion)"
-                if params.max_tokens
-                else f"{prompt_tokens} tokens in the {param}"
-            )
-            raise ApiError(
-                400,
-                f"This model's maximum context length is {limit} tokens. However, you requested "
-                f"{asked}. Please reduce the length of the {param} or max_tokens.",
-                param=param,
-                code="context_length_exceeded",
-            )
+            raise context_exceeded(limit, prompt_tokens, params.max_tokens, param)
 
     async def _generate(
         self,
@@ -236,6 +233,19 @@ class LocalEngine:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         stream = Stream(self.metrics, model, ident, created, chat, include_usage, started)
         return streaming(stream.events(first, deltas))
+
+
+def _refuse_legacy(engine: str, body: s.CompletionRequest) -> None:
+    """What an adapter cannot do of the legacy completions endpoint: one text prompt, one
+    choice, text out (llama-server engines do all of it)."""
+    if len(items(body.prompt)) > 1:
+        raise unsupported(engine, "prompt", "more than one prompt per request")
+    if body.logprobs is not None:
+        raise unsupported(engine, "logprobs")
+    if body.echo:
+        raise unsupported(engine, "echo")
+    if body.max_tokens == 0:
+        raise unsupported(engine, "max_tokens", "max_tokens 0 (scoring a prompt)")
 
 
 def _params(

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +29,16 @@ from fastapi.responses import JSONResponse
 
 from runtimes.chat_templates import TemplateChoice, template_for_file
 from runtimes.engine import Call, JsonObject, LoadOptions, Modality, RuntimeFailure, Status
+from runtimes.gateway.inputs import items
 from runtimes.gateway.metrics import Metrics
 from runtimes.gateway.sse import DONE, HEAD_GRACE_S, event, streaming
-from runtimes.llamaserver import toolcalls
+from runtimes.llamaserver import legacy, toolcalls
+from runtimes.llamaserver.callgate import CallGate
 from runtimes.llamaserver.counts import RequestCounts
-from runtimes.llamaserver.relay import Relay, fix_whole, upstream_error
+from runtimes.llamaserver.legacy import LegacyShaper
+from runtimes.llamaserver.offload import OffloadReport, offload_data, on_device, read_report
+from runtimes.llamaserver.relay import ChatShaper, Relay, Shaper, upstream_error
+from runtimes.llamaserver.scoring import count_tokens
 from runtimes.llamaserver.supervisor import (
     ServerBinary,
     ServingConfig,
@@ -40,12 +46,15 @@ from runtimes.llamaserver.supervisor import (
     find_server,
     server_command,
 )
+from runtimes.llamaserver.toolcalls import ToolShaper
 from runtimes.llamaserver.upstream import (
     cancellable,
     live_figures,
     native_tools,
+    newline_tokens,
     post,
     stream_request,
+    vocabulary,
     warm_chat,
     warm_embeddings,
 )
@@ -94,6 +103,9 @@ class LlamaServerEngine:
         self._embed_lock = asyncio.Lock()
         self.requests = RequestCounts(metrics)
         self.native_tools = False  # whether the chat template renders tools (llama-server /props)
+        self.offload: OffloadReport | None = None  # where llama-server's log says the model went
+        self._vocabulary: int | None = None  # the model's token ids (llama-server /v1/models)
+        self.line_breaks: tuple[int, ...] = ()  # tokens an emulated tool reply is kept from
         self._live: dict[str, float] = {}
         metrics.sources.append(lambda: dict(self._live))
 
@@ -112,21 +124,31 @@ class LlamaServerEngine:
         """llama-server generates each choice in a slot of its own, all at once."""
         return self.config.slots
 
+    @property
+    def vocabulary(self) -> int | None:
+        """The model's vocabulary size, as llama-server reports it once loaded."""
+        return self._vocabulary
+
     # lifecycle -----------------------------------------------------------------------------
     def _binary(self) -> ServerBinary:
         if self._server is None:
             self._server = find_server(self.options.llama_root, self.options.llama_server)
         return self._server
 
-    def _supervisor(self, config: ServingConfig, *, embeddings: bool) -> Supervisor:
+    def _supervisor(
+        self, config: ServingConfig, *, embeddings: bool, projector: Path | None = None
+    ) -> Supervisor:
         server = self._binary()
-        model, device = self.options.artifact, self.options.device
+        model, device = self.options.artifact.absolute(), self.options.device
+        offload, env, note = on_device(self.config.offload, server.binary.parent, server.env())
+        if note and note not in self.notes:
+            self.notes.append(note)  # a CPU build stands in for the GPU component
+        config = dataclasses.replace(config, offload=offload)
 
         choice = self.template
         # the GGUF's own template needs nothing; the manifest's or the model family's is handed
         # to llama-server, whose built-in fallback (ChatML) would leak its markers into answers
         template = choice.template if choice and choice.source != "gguf" else None
-        projector = self.options.projector
 
         def command(socket: str) -> list[str]:
             args = server_command(
@@ -142,44 +164,66 @@ class LlamaServerEngine:
 
         return Supervisor(
             command,
-            server.env(),
+            env,
             warm_up=warm_embeddings if embeddings else warm_chat,
             name="llama-server (embeddings)" if embeddings else "llama-server",
+            cwd=server.binary.parent,
         )
 
     async def start(self) -> None:
-        """Start llama-server and wait until it is ready and warmed up (or failed to be)."""
+        """Start llama-server and wait until it is ready and warmed up (or failed to be).
+
+        A projector that is missing or fails to load does not take text down with it:
+        llama-server starts again without it and a note says why; the gateway's vision check
+        at start then fails, so images are reported and refused, never silently ignored.
+        """
         if not self.options.artifact.is_file():
             raise RuntimeFailure(
                 f"llama.cpp could not load {self.options.artifact}: no such file",
                 resolution="fetch the engine's artifact with `snapbuild fetch`",
             )
+        self.notes.clear()  # a start after a failed one (the files changed) begins afresh
         projector = self.options.projector
+        problem = None
         if projector is not None and not projector.is_file():
-            raise RuntimeFailure(
-                f"llama.cpp could not load the projector {projector}: no such file",
-                resolution="fetch the engine's projector artifact with `snapbuild fetch`",
-            )
-        self.main = self._supervisor(self.config, embeddings=False)
-        self.main.start()
-        await self.main.first_attempt.wait()
-        if self.main.ready.is_set():
-            self.native_tools = await native_tools(self.main.client)
+            problem = f"the projector {projector} does not exist"
+        main = await self._launch(
+            projector.absolute() if projector is not None and problem is None else None
+        )
+        if not main.ready.is_set() and projector is not None and problem is None:
+            problem = f"the projector {projector} failed to load ({_failure(main)})"
+            await main.stop()
+            main = await self._launch(None)
+        if problem is not None:
+            self.notes.append(f"{problem}: serving text only, images are refused")
+            log.error("%s: serving text only", problem)
+        if main.ready.is_set():
+            self.offload = read_report(main.state.log) if self.config.offload else None
+            if self.offload is not None and (short := self.offload.shortfall()):
+                self.notes.append(short)
+            self.native_tools = await native_tools(main.client)
+            self._vocabulary = await vocabulary(main.client)
+            self.line_breaks = await newline_tokens(main.client)
             if not self.native_tools:
                 self.notes.append(
                     "the chat template has no tool support: tools are emulated with a JSON schema"
                 )
-        else:
-            state = self.main.state
-            detail = state.detail or state.last_exit or "unknown"
-            tail = "\n".join(list(state.log)[-8:])
-            await self.main.stop()
-            raise RuntimeFailure(
-                f"llama-server could not serve {self.options.artifact}",
-                details=f"{detail}\n{tail}".strip(),
-                resolution="check the file is a complete GGUF (snapbuild fetch verifies "
-                "checksums) and that the serving configuration fits in memory",
-            )
+            return
+        tail = "\n".join(list(main.state.log)[-8:])
+        await main.stop()
+        raise RuntimeFailure(
+            f"llama-server could not serve {self.options.artifact}",
+            details=f"{_failure(main)}\n{tail}".strip(),
+            resolution="run `snapbuild validate` on the manifest (it checks the GGUF and "
+            "renders its chat template) and check the serving configuration fits in memory",
+        )
+
+    async def _launch(self, projector: Path | None) -> Supervisor:
+        """The main child, started and through its first attempt (ready, or failed)."""
+        self.main = self._supervisor(self.config, embeddings=False, projector=projector)
+        self.main.start()
+        await self.main.first_attempt.wait()
+        return self.main
 
     async def stop(self) -> None:
         """Stop the children."""
@@ -221,9 +265,12 @@ class LlamaServerEngine:
             "cache-reuse": c.cache_reuse,
             "threads": c.threads,
             "capabilities": sorted(self.capabilities),
+            "tool-calls": toolcalls.path(self.native_tools),
             "projector": str(self.options.projector) if self.options.projector else None,
             "notes": list(self.notes),
         }
+        if c.offload is not None:
+            info["offload"] = offload_data(c.offload, self.offload)
         if self.main is not None:
             info["child"] = {**self.main.state.to_data(), "pid": self.main.pid}
         return info
@@ -245,28 +292,48 @@ class LlamaServerEngine:
 
     # requests ------------------------------------------------------------------------------
     async def chat(self, body: ChatCompletionRequest, call: Call) -> Response:
-        """POST /v1/chat/completions through llama-server (tools emulated where the model's
-        template has none, :mod:`runtimes.llamaserver.toolcalls`)."""
+        """POST /v1/chat/completions through llama-server; tools the template cannot render,
+        or whose choice only a JSON schema guarantees, go through the gateway's emulation
+        (:mod:`runtimes.llamaserver.toolcalls`)."""
+        path, want_usage = "/v1/chat/completions", _wants_usage(body)
         if toolcalls.needs_emulation(body, self.native_tools):
-            return await self._emulated_tools(body, call)
-        return await self._generate("/v1/chat/completions", body, call, chat=True)
-
-    async def _emulated_tools(self, body: ChatCompletionRequest, call: Call) -> Response:
-        """One whole constrained answer turned back into tool calls; a stream sends it as
-        chunks (the JSON must be complete before it can be parsed)."""
-        forwarded = _forwarded(toolcalls.rewrite(call.json))
-        path = "/v1/chat/completions"
-        out = await self._whole(path, forwarded, call, chat=True, restore=toolcalls.restore)
-        if out is None:
-            return Response(status_code=204)
+            forwarded = _forwarded(toolcalls.rewrite(call.json, self.line_breaks))
+            if not body.stream:
+                shaped = toolcalls.whole(self.model_id, emulated=True)
+                return await self._answer(path, forwarded, call, shaped)
+            shaper: Shaper = ToolShaper(self.model_id, want_usage=want_usage)
+            return await self._stream(path, forwarded, shaper)
+        payload = call.json
+        if body.tools and not self.native_tools:  # tool_choice none: the history as text
+            payload = toolcalls.without_tools(payload)
+        forwarded = _forwarded(payload)
         if not body.stream:
-            return JSONResponse(out)
-        chunks = toolcalls.as_stream(out, _wants_usage(body))
-        return streaming(iter([*map(event, chunks), DONE]))
+            shaped = toolcalls.whole(self.model_id, emulated=False)
+            return await self._answer(path, forwarded, call, shaped)
+        if body.tools and body.tool_choice != "none":  # llama-server's own calls, kept whole
+            shaper = CallGate(self.model_id, want_usage=want_usage)
+        else:
+            shaper = ChatShaper(self.model_id, want_usage=want_usage)
+        return await self._stream(path, forwarded, shaper)
 
     async def completions(self, body: CompletionRequest, call: Call) -> Response:
-        """POST /v1/completions through llama-server."""
-        return await self._generate("/v1/completions", body, call, chat=False)
+        """POST /v1/completions as OpenAI's legacy endpoint, from llama-server's native one
+        (:mod:`runtimes.llamaserver.legacy`)."""
+        assert self.main is not None
+        prompts = items(body.prompt)
+        shape = await legacy.prepare(self.main.client, body, prompts, call.client_gone)
+        if body.max_tokens == 0:
+            counts = [await count_tokens(self.main.client, p) for p in prompts]
+            answer = legacy.without_generation(shape, counts)
+            if not body.stream:
+                return JSONResponse(answer)
+            chunks = legacy.chunks(answer, _wants_usage(body))
+            return streaming(iter([*map(event, chunks), DONE]))
+        forwarded = legacy.request(call.json, body.logprobs)
+        if not body.stream:
+            return await self._answer("/completion", forwarded, call, partial(legacy.answer, shape))
+        shaper = LegacyShaper(shape, want_usage=_wants_usage(body))
+        return await self._stream("/completion", forwarded, shaper)
 
     async def embeddings(self, body: EmbeddingRequest, call: Call) -> JsonObject:
         """POST /v1/embeddings through the embedding child (started on first use)."""
@@ -292,34 +359,16 @@ class LlamaServerEngine:
             await asyncio.wait_for(child.ready.wait(), 60)
         return child
 
-    async def _generate(
-        self,
-        path: str,
-        body: ChatCompletionRequest | CompletionRequest,
-        call: Call,
-        *,
-        chat: bool,
-    ) -> Response:
-        """Relay a chat or completion: the client's JSON as sent, answered whole or streamed."""
-        forwarded = _forwarded(call.json)
-        if not body.stream:
-            out = await self._whole(path, forwarded, call, chat=chat)
-            return Response(status_code=204) if out is None else JSONResponse(out)
-        forwarded["stream_options"] = {"include_usage": True}  # metrics need it; stripped below
-        return await self._stream(path, forwarded, chat=chat, want_usage=_wants_usage(body))
-
-    async def _whole(
+    async def _answer(
         self,
         path: str,
         forwarded: dict[str, Any],
         call: Call,
-        *,
-        chat: bool,
-        restore: Callable[[dict[str, Any]], None] | None = None,
-    ) -> dict[str, Any] | None:
-        """One answer llama-server sends whole, in OpenAI's shape (``restore`` adjusts it
-        further), counted and timed; None when the client hung up first, which cancels
-        llama-server's task with the connection."""
+        shaped: Callable[[Any], dict[str, Any]],
+    ) -> Response:
+        """One answer llama-server sends whole, in OpenAI's shape (``shaped``), counted and
+        timed; 204 when the client hung up first, which cancels llama-server's task with the
+        connection."""
         assert self.main is not None
         started = time.monotonic()
         end = self.requests.begin()
@@ -328,27 +377,25 @@ class LlamaServerEngine:
             data = await cancellable(post(self.main.client, path, forwarded), call.client_gone)
             if data is None:
                 outcome = "cancelled"
-                return None
+                return Response(status_code=204)
             if data.status_code >= 400:
-                raise upstream_error(data.status_code, data.content, chat=chat)
-            out: dict[str, Any] = data.json()
-            fix_whole(out, self.model_id, chat=chat)
-            if restore is not None:
-                restore(out)
+                raise upstream_error(data.status_code, data.content, chat=path != "/completion")
+            out = shaped(data.json())
             self.metrics.observe("time_to_first_token_seconds", time.monotonic() - started)
             self.metrics.add_tokens(int((out.get("usage") or {}).get("completion_tokens", 0)))
             outcome = "completed"
-            return out
+            return JSONResponse(out)
         finally:
             end(outcome)
 
-    async def _stream(
-        self, path: str, forwarded: dict[str, Any], *, chat: bool, want_usage: bool
-    ) -> Response:
+    async def _stream(self, path: str, forwarded: dict[str, Any], shaper: Shaper) -> Response:
         """A relayed stream: headers within :data:`HEAD_GRACE_S` (an error llama-server reports
-        at once is still a proper status), then its events as they arrive; the relay counts the
-        request out when the stream ends."""
+        at once is still a proper status), then its events as they arrive, shaped; the relay
+        counts the request out when the stream ends."""
         assert self.main is not None
+        if path != "/completion":
+            forwarded["stream_options"] = {"include_usage": True}  # metrics need it
+        forwarded["stream"] = True
         started = time.monotonic()
         end = self.requests.begin()
         try:
@@ -360,20 +407,17 @@ class LlamaServerEngine:
                 if head.status_code >= 400:
                     content = await head.aread()
                     await head.aclose()
-                    raise upstream_error(head.status_code, content, chat=chat)
+                    raise upstream_error(head.status_code, content, chat=shaper.chat)
         except BaseException:
             end("failed")
             raise
-        relay = Relay(
-            self.metrics,
-            self.model_id,
-            sending,
-            started,
-            chat=chat,
-            want_usage=want_usage,
-            done=end,
-        )
+        relay = Relay(self.metrics, shaper, sending, started, done=end)
         return streaming(relay.events())
+
+
+def _failure(child: Supervisor) -> str:
+    """Why a child never became ready, in one line."""
+    return child.state.detail or child.state.last_exit or "unknown"
 
 
 def _forwarded(payload: JsonObject) -> dict[str, Any]:

@@ -1,12 +1,13 @@
 """llama-server's answers as OpenAI's: whole responses, stream events and errors.
 
-Each event is adjusted to OpenAI's published shapes: our model id, ``logprobs: null`` and
-``message.refusal: null`` present, no ``"role": null``, usage only where OpenAI puts it (a
-separate usage-only chunk, and only when ``stream_options.include_usage`` asked for it),
-llama.cpp's debugging fields dropped. The stream itself comes from
-:mod:`runtimes.llamaserver.upstream`, and
-everything that arrived together leaves as one write: on a 2-core machine each wake-up of the
-gateway is taken from llama-server's own threads.
+Each event is adjusted to OpenAI's published shapes by a :class:`Shaper` (:class:`ChatShaper`
+here; emulated tools and legacy completions have their own): our model id, ``logprobs: null`` and
+``message.refusal: null`` present, no ``"role": null``, usage only where OpenAI puts it (one
+usage-only chunk at the end, summed over the choices, and only when
+``stream_options.include_usage`` asked for it), llama.cpp's debugging fields dropped. The
+:class:`Relay` carries the events: the stream itself comes from
+:mod:`runtimes.llamaserver.upstream`, and everything that arrived together leaves as one write: on
+a 2-core machine each wake-up of the gateway is taken from llama-server's own threads.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runtimes.gateway.errors import ApiError
-from runtimes.gateway.sse import DONE, KEEPALIVE_S, TokenClock, event, loads
+from runtimes.gateway.sse import DONE, KEEPALIVE_S, SseEvents, TokenClock, event, loads
 from runtimes.llamaserver.upstream import Stream
 
 if TYPE_CHECKING:
@@ -32,28 +33,79 @@ ERROR_CODES = {
 }
 
 
+class Shaper(Protocol):
+    """Turns llama-server's stream events into ours."""
+
+    chat: bool  # chat chunks (else completions): which shape an error takes
+    completion_tokens: int  # generated so far, for /metrics
+
+    def shape(self, upstream: dict[str, Any]) -> list[dict[str, Any]]:
+        """Our events for one of llama-server's."""
+        ...
+
+    def end(self) -> list[dict[str, Any]]:
+        """Our events once llama-server's stream has ended (the usage-only chunk)."""
+        ...
+
+
+class ChatShaper:
+    """llama-server's OpenAI-compatible chunks in OpenAI's published shapes. With ``n`` > 1
+    llama-server sends a usage-only chunk per choice; OpenAI sends one, so usage is summed
+    (the prompt counted once) and sent at the end, when the client asked for it."""
+
+    def __init__(self, model_id: str, *, want_usage: bool, chat: bool = True) -> None:
+        self.model_id = model_id
+        self.want_usage = want_usage
+        self.chat = chat
+        self.completion_tokens = 0
+        self.prompt_tokens = 0
+        self.last: dict[str, Any] | None = None  # the latest usage-only chunk
+
+    def shape(self, upstream: dict[str, Any]) -> list[dict[str, Any]]:
+        out = []
+        for item in fix_chunk(upstream, self.model_id, chat=self.chat):
+            if "usage" in item and not item.get("choices"):
+                usage = item["usage"] or {}
+                self.completion_tokens += int(usage.get("completion_tokens", 0))
+                self.prompt_tokens = max(self.prompt_tokens, int(usage.get("prompt_tokens", 0)))
+                self.last = item
+            else:
+                out.extend(self.reshape(item))
+        return out
+
+    def reshape(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
+        """One chunk with choices as ours (a subclass rewrites its deltas)."""
+        return [chunk]
+
+    def end(self) -> list[dict[str, Any]]:
+        if not self.want_usage or self.last is None:
+            return []
+        usage = {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        }
+        return [{**self.last, "usage": usage}]
+
+
 class Relay:
     """One stream's events, relayed from llama-server as they arrive."""
 
     def __init__(
         self,
         metrics: Metrics,
-        model_id: str,
+        shaper: Shaper,
         sending: asyncio.Future[Stream],
         started: float,
         *,
-        chat: bool,
-        want_usage: bool,
         done: Callable[[str], None],
     ) -> None:
         self.metrics = metrics
-        self.model_id = model_id
+        self.shaper = shaper
         self.sending = sending
         self.clock = TokenClock(metrics, started)
-        self.chat = chat
-        self.want_usage = want_usage
+        self.chat = shaper.chat
         self.done = done
-        self.usage: dict[str, Any] | None = None
 
     async def events(self) -> AsyncIterator[bytes]:
         outcome = "cancelled"
@@ -91,35 +143,43 @@ class Relay:
         yield DONE
 
     async def _upstream(self, response: Stream) -> AsyncIterator[bytes]:
-        """Our events for llama-server's, one write for all that arrived together."""
+        """Our events for llama-server's, one write for all that arrived together; the
+        shaper's closing events when its stream ends (with [DONE], or without: the native
+        endpoint sends none)."""
         events = SseEvents()
+        ended = False
         try:
             async for piece in response.pieces():
                 out: list[bytes] = []
                 for data in events.feed(piece):
-                    if data == b"[DONE]":
+                    ended = data == b"[DONE]"
+                    if ended:
                         break
                     upstream = loads(data)
+                    if not isinstance(upstream, dict):
+                        continue  # llama-server sends `data: null` between prompts
                     if "error" in upstream:
                         out.append(event(error_from(upstream["error"], chat=self.chat).body()))
                         yield b"".join(out)
                         return
-                    out.extend(self._relayed(upstream))
+                    out.extend(self._relayed(self.shaper.shape(upstream)))
+                if ended:
+                    out.extend(self._relayed(self.shaper.end()))
                 if out:
                     yield b"".join(out)
+                if ended:
+                    return
+            closing = self._relayed(self.shaper.end())
+            if closing:
+                yield b"".join(closing)
         finally:
-            if self.usage is not None:
-                self.metrics.add_tokens(int(self.usage.get("completion_tokens", 0)))
+            self.metrics.add_tokens(self.shaper.completion_tokens)
 
-    def _relayed(self, upstream: dict[str, Any]) -> list[bytes]:
-        """One upstream event as our SSE events, noting usage and token timings."""
+    def _relayed(self, items: list[dict[str, Any]]) -> list[bytes]:
+        """Our SSE events, timing the ones that carry text."""
         out = []
-        for item in fix_chunk(upstream, self.model_id, chat=self.chat):
-            if "usage" in item and not item.get("choices"):
-                self.usage = item["usage"]
-                if not self.want_usage:
-                    continue
-            elif has_text(item):
+        for item in items:
+            if has_text(item):
                 self.clock.tick()
             out.append(event(item))
         return out
@@ -132,27 +192,6 @@ def has_text(chunk: dict[str, Any]) -> bool:
         if choice.get("text") or delta.get("content") or delta.get("tool_calls"):
             return True
     return False
-
-
-class SseEvents:
-    """The ``data:`` payloads of an SSE body fed piece by piece, as raw bytes, in arrival order
-    (split by hand: cheaper than decoding and splitting lines, which matters on a machine whose
-    cores also run llama-server)."""
-
-    def __init__(self) -> None:
-        self.pending = b""
-
-    def feed(self, piece: bytes) -> list[bytes]:
-        """The payloads completed by ``piece`` (a partial event waits for the next one)."""
-        pending = self.pending + piece
-        found = []
-        while (cut := pending.find(b"\n\n")) >= 0:
-            event, pending = pending[:cut], pending[cut + 2 :]
-            for line in event.split(b"\n"):
-                if line.startswith(b"data: "):
-                    found.append(line[6:].strip())
-        self.pending = pending
-        return found
 
 
 def fix_whole(data: dict[str, Any], model_id: str, *, chat: bool) -> None:

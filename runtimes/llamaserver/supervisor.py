@@ -34,6 +34,7 @@ import httpx
 
 from runtimes.component_tree import ROOT_VAR, ComponentTree, component_root
 from runtimes.engine import RuntimeFailure
+from runtimes.llamaserver.offload import DeviceChoice
 
 log = logging.getLogger("snapbuild.runtimes.llamaserver")
 
@@ -44,6 +45,9 @@ BUILD_HINT = (
 HEALTH_TIMEOUT_S = 300.0
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 STABLE_S = 60.0  # a child that ran this long resets the backoff
+# restarts in a row (none lasting STABLE_S) before giving up: a child that keeps dying is
+# reported (503 restart-limit) rather than restarted forever; the variable sets another limit
+RESTART_LIMIT, RESTART_LIMIT_VAR = 5, "SNAPBUILD_RESTART_LIMIT"
 LOG_LINES = 400
 
 
@@ -108,6 +112,8 @@ class ServingConfig:
     threads: int | None = None
     gpu_layers: int | None = None  # None: none on CPU engines, all on GPU engines
     batch_size: int | None = None  # logical and physical batch (embeddings need the whole input)
+    offload: DeviceChoice | None = None  # GPU engines: the one device to compute on
+    prompt_cache_mib: int = 0  # --cache-ram: what the plan gave the prompt cache; 0 turns it off
 
     def for_embeddings(self) -> ServingConfig:
         """The embedding child's: one slot, f16 cache, no reuse, and the whole context in one
@@ -125,6 +131,7 @@ def from_plan(plan: Any, threads: int | None = None) -> ServingConfig:
         flash_attention=bool(plan.flash_attention),
         cache_reuse=int(plan.cache_reuse),
         threads=threads,
+        prompt_cache_mib=int(getattr(plan, "prompt_cache", 0)) >> 20,
     )
 
 
@@ -165,9 +172,14 @@ def server_command(
         "--slots",
         "--jinja",
         "--no-warmup",  # the supervisor warms up through the API, which tests more
+        "--cache-ram",  # the planned size, never llama-server's 8 GiB default the plan never saw
+        str(0 if embeddings else config.prompt_cache_mib),
     ]
     if device == "gpu" or config.gpu_layers is not None:
         args += ["--gpu-layers", str(_gpu_layers(config, device))]
+    if config.offload is not None:  # that device or a failed start, never the CPU by accident;
+        # verbosity 4: llama.cpp's load lines (device, layers, buffers: offload.read_report)
+        args += ["--device", config.offload.device, "--log-verbosity", "4"]
     if config.threads:
         args += ["--threads", str(config.threads), "--threads-batch", str(config.threads)]
     if config.batch_size:
@@ -235,13 +247,17 @@ class Supervisor:
         name: str = "llama-server",
         health_timeout: float = HEALTH_TIMEOUT_S,
         backoff: Sequence[float] = BACKOFF_S,
+        cwd: Path | None = None,
     ) -> None:
         self._command = command
         self._env = env
+        self._cwd = cwd  # ggml loads backend modules from the binary's folder and from here
         self._warm_up = warm_up
         self.name = name
         self.health_timeout = health_timeout
         self.backoff = tuple(backoff)
+        limit = os.environ.get(RESTART_LIMIT_VAR, "").strip()  # a whole number, or the default
+        self.restart_limit = int(limit) if limit.isdigit() else RESTART_LIMIT
         self.state = ChildState()
         self.ready = asyncio.Event()
         self.first_attempt = asyncio.Event()  # set once the first start succeeded or failed
@@ -306,6 +322,14 @@ class Supervisor:
                 return
             if ok and time.monotonic() - began >= STABLE_S:
                 failures = 0
+            if failures >= self.restart_limit:
+                self.state.status = "error"
+                self.state.detail = (
+                    f"{self.name} {self.state.last_exit}; restart limit reached: it exited "
+                    f"{failures + 1} times in a row, so it is not restarted again"
+                )
+                log.error("%s", self.state.detail)
+                return
             delay = self.backoff[min(failures, len(self.backoff) - 1)]
             failures += 1
             self.state.restarts += 1
@@ -330,6 +354,7 @@ class Supervisor:
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,
                 preexec_fn=_die_with_parent,
+                cwd=self._cwd,
             )
         except OSError as exc:
             self.state.last_exit = f"could not start: {exc}"

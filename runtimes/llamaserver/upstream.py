@@ -226,6 +226,39 @@ async def native_tools(client: httpx.AsyncClient) -> bool:
     return bool(caps.get("supports_tools") and caps.get("supports_tool_calls"))
 
 
+async def vocabulary(client: httpx.AsyncClient) -> int | None:
+    """How many token ids the model has (llama-server's ``/v1/models`` says it); None if it
+    does not say, and then token inputs are refused rather than passed on unchecked."""
+    try:
+        models = (await client.get("/v1/models", timeout=10)).json().get("data") or []
+        return int(models[0]["meta"]["n_vocab"])
+    except (httpx.HTTPError, ValueError, AttributeError, LookupError, TypeError):
+        return None
+
+
+async def newline_tokens(client: httpx.AsyncClient) -> tuple[int, ...]:
+    """The ids of the tokens that are whitespace with a line break in it, which llama.cpp's JSON
+    grammar lets a model put between JSON tokens (a break or two, then up to 20 spaces or
+    tabs). A constrained tool reply never needs them (a line break inside a JSON string is
+    written as an escape), and a small model pretty-printing its JSON spends its ``max_tokens``
+    on them."""
+    found: set[int] = set()
+    for breaks in ("\n", "\n\n"):
+        for indent in (" ", "\t"):
+            for width in range(21):
+                text = breaks + indent * width
+                try:
+                    response = await client.post(
+                        "/tokenize", json={"content": text, "add_special": False}, timeout=10
+                    )
+                    tokens = response.json().get("tokens") or []
+                except (httpx.HTTPError, ValueError, AttributeError):
+                    return ()
+                if len(tokens) == 1 and isinstance(tokens[0], int):
+                    found.add(tokens[0])
+    return tuple(sorted(found))
+
+
 async def warm_chat(client: httpx.AsyncClient) -> None:
     response = await client.post(
         "/v1/completions", json={"prompt": "Hello", "max_tokens": 1, "seed": 0}, timeout=300

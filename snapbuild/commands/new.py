@@ -4,11 +4,16 @@ snapbuild.inspect.scaffold)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from snapcommon.errors import UsageError
+from snapcommon.errors import SnapbuildError, UsageError
+
+if TYPE_CHECKING:
+    from snapbuild.manifest.model import Manifest
 
 
 @click.command("new")
@@ -40,7 +45,6 @@ def new_cmd(
     """Write a manifest from SOURCES: a GGUF file, an ONNX model or an OpenVINO IR directory;
     several quantizations of one model give one artifact each."""
     from snapbuild.inspect.scaffold import new_manifest
-    from snapbuild.manifest.loader import load_manifest
 
     if url_base is not None and not url_base.startswith(("https://", "http://")):
         raise UsageError(
@@ -59,8 +63,7 @@ def new_cmd(
             f"{target} already exists",
             resolution="choose another file with -o, or pass --force to overwrite it",
         )
-    target.write_text(scaffold.yaml_text(list(sources)), encoding="utf-8")
-    manifest = load_manifest(target)  # never leave a manifest that does not load
+    manifest = _write_checked(target, scaffold.yaml_text(list(sources)))
     if as_json:
         data = {
             "manifest": str(target),
@@ -80,3 +83,24 @@ def new_cmd(
     for line in scaffold.review:
         click.echo(f"  {line}")
     click.echo(f"Next: snapbuild validate {target} && snapbuild try {target}")
+
+
+def _write_checked(target: Path, text: str) -> Manifest:
+    """Write ``text`` to ``target`` only once it loads as a manifest from there (local paths
+    resolve against that directory): a manifest that does not load is never left behind, and
+    the error says so."""
+    from snapbuild.manifest.loader import load_manifest_as
+
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.new")
+    temporary.write_text(text, encoding="utf-8")
+    try:
+        manifest = load_manifest_as(temporary, str(target))
+    except SnapbuildError as err:
+        temporary.unlink(missing_ok=True)
+        err.resolution = f"{err.resolution or 'fix the model files'}; no manifest was written"
+        raise
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    os.replace(temporary, target)
+    return manifest

@@ -309,7 +309,7 @@ def why_not_lines(decision: Decision, cand: Candidate) -> list[str]:
 @click.option(
     "--ctx",
     "context",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=(1 << 31) - 1),  # llama.cpp counts tokens in 32 bits
     default=4096,
     show_default=True,
     help="Context size in tokens.",
@@ -351,10 +351,16 @@ def estimate_cmd(
 
 @click.command("validate")
 @click.argument("files", nargs=-1, required=True)
+@click.option(
+    "--deep",
+    is_flag=True,
+    help="Hash every model file found here, cached ones too (else a cached file is hashed "
+    "only when it changed since `fetch` verified it).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
-def validate_cmd(files: tuple[str, ...], as_json: bool) -> None:
-    """Check manifest FILES (names or paths), their licence, and the model files found here
-    (size, sha256, format, model facts); exit 2 when any is invalid."""
+def validate_cmd(files: tuple[str, ...], deep: bool, as_json: bool) -> None:
+    """Check manifest FILES (names or paths), their licence, their chat templates, and the
+    model files found here (size, sha256, format, model facts); exit 2 when any is invalid."""
     from snapbuild.manifest.checks import check_manifest
 
     results: list[dict[str, object]] = []
@@ -362,7 +368,7 @@ def validate_cmd(files: tuple[str, ...], as_json: bool) -> None:
     for name in files:
         try:
             manifest = load_manifest(name)
-            findings = check_manifest(manifest)
+            findings = check_manifest(manifest, deep=deep)
         except SnapbuildError as err:
             failed.append(err)
             results.append({"file": name, "valid": False, **err.to_dict()})

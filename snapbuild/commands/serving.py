@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -35,21 +36,36 @@ OPTION = click.option(
 
 
 def _choose_engine(
-    manifest: Manifest, host: HostProfile, engine: str | None, option: str | None = None
+    manifest: Manifest,
+    host: HostProfile,
+    engine: str | None,
+    option: str | None = None,
+    force: bool = False,
 ) -> tuple[Manifest, Selected, MemoryEstimate | None]:
-    """The selector's choice (or ``engine`` and ``option``, when compatible): the manifest that
-    serves (a ladder's option view), the engine, the context it chose, its serving configuration
-    and batching plan, the inputs it serves; and its memory estimate (for planning the slots
-    again at an operator's context)."""
+    """The selector's choice (or ``engine`` and ``option``, when compatible, or whatever the
+    selector says of them with ``force``): the manifest that serves (a ladder's option view),
+    the engine, the context it chose, its serving configuration and batching plan, the inputs
+    it serves; and its memory estimate (for planning the slots again at an operator's
+    context)."""
     from snapbuild.manifest.ladder import view_for
+    from snapbuild.selection.forced import forced
     from snapbuild.selection.selector import select
 
+    if force and engine is None:
+        raise UsageError("--force needs --engine", resolution="e.g. --engine vulkan --force")
     if engine is not None and manifest.engine(engine) is None:
         raise UsageError(
             f"the manifest {manifest.name!r} has no engine {engine!r}",
             resolution="use one of: " + ", ".join(e.name for e in manifest.engines),
         )
     decision = select(manifest, host, engine=engine, option=option)
+    if force and engine and (decision.selected is None or decision.selected.engine != engine):
+        chosen = option
+        if chosen is None and decision.options:  # a ladder: the size the selector runs here
+            auto = select(manifest, host).selected
+            chosen = auto.option if auto else decision.options[-1].option  # else the smallest
+        how = "`snapbuild serve --force`"
+        decision = forced(decision, engine, manifest, option=chosen, how=how)
     if decision.selected is None:
         blockers = [
             f"{c.engine}: {'; '.join(c.blockers) or 'not compatible'}"
@@ -69,6 +85,11 @@ def _choose_engine(
 @click.argument("model")
 @click.option("--engine", "engine", default=None, help="Serve this engine instead of selecting.")
 @OPTION
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Serve --engine even where the selector rejects it (e.g. Vulkan on lavapipe).",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
     "--port",
@@ -77,7 +98,12 @@ def _choose_engine(
     help="Port, or 'auto' for the next free one (default: the manifest's default port).",
 )
 @click.option("--context-size", type=click.IntRange(min=16), default=None, help="Context tokens.")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads.")
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1, max=512),  # ggml's GGML_MAX_N_THREADS
+    default=None,
+    help="CPU threads.",
+)
 @click.option(
     "--slots",
     type=click.IntRange(min=1, max=256),
@@ -95,6 +121,7 @@ def serve_cmd(
     model: str,
     engine: str | None,
     option: str | None,
+    force: bool,
     host: str,
     port_text: str | None,
     context_size: int | None,
@@ -106,12 +133,17 @@ def serve_cmd(
     import hwprobe
     from runtimes.gateway.server import run
     from snapbuild.fetch.artifacts import locate
+    from snapbuild.manifest.checks import require_safe_template
     from snapbuild.manifest.loader import load_manifest
     from snapbuild.serving.launch import serve_options
 
+    manifest = load_manifest(model)
     port = _port(port_text) if port_text else None
     profile = hwprobe.probe()
-    manifest, selected, memory = _choose_engine(load_manifest(model), profile, engine, option)
+    try:
+        manifest, selected, memory = _choose_engine(manifest, profile, engine, option, force)
+    except NoEngineError as err:  # the port answers why, as the snap's does
+        serve_no_fit(manifest, err, host, port)
     chosen = manifest.engine(selected.engine)
     assert chosen is not None
     found: list[Path] = []
@@ -126,6 +158,7 @@ def serve_cmd(
                 resolution=f"download it with: snapbuild fetch {model} --engine {chosen.name}",
             )
         found.append(path)
+    require_safe_template(found[0], manifest.model.chat_template)
 
     def listening(bound_host: str, bound_port: int) -> None:
         click.echo(
@@ -146,8 +179,35 @@ def serve_cmd(
         port=port,
         llama_root=llama_root,
         memory=memory,
+        machine=profile,
     )
     run(options, on_listening=listening)
+
+
+def serve_no_fit(
+    manifest: Manifest, err: NoEngineError, host: str, port: int | str | None
+) -> NoReturn:
+    """Say why nothing fits, then answer 503 on the port saying the same until interrupted;
+    exit 3 after, so a script still learns it."""
+    from runtimes.gateway.outage import Outage
+    from runtimes.gateway.server import FallbackOptions, run_unavailable
+
+    err.report()
+    detail = err.brief + (f" ({' | '.join(err.details.splitlines())})" if err.details else "")
+    outage = Outage("no-fit", detail, (err.resolution or "").capitalize())
+    where = manifest.default_port if port is None else port
+    where = str(manifest.default_port) if where == "auto" else where  # the first free from it
+    options = FallbackOptions(model_id=manifest.name, outage=outage, host=host, port=where)
+
+    def listening(bound_host: str, bound_port: int) -> None:
+        click.echo(
+            f"Answering 503 (no engine fits) on http://{bound_host}:{bound_port}/v1 until "
+            "interrupted",
+            err=True,
+        )
+
+    run_unavailable(options, on_listening=listening)
+    raise SystemExit(err.exit_code)
 
 
 @click.command("fetch")
@@ -216,11 +276,17 @@ def fetch_cmd(
             results = [*results, *fetch(manifest, projector, progress=progress, command=command)]
         lines = []
     if as_json:
-        data["files"] = [{"path": str(r.path), "action": r.action} for r in results]
+        data["files"] = [
+            {"path": str(r.path), "action": r.action, **({"note": r.note} if r.note else {})}
+            for r in results
+        ]
         click.echo(json.dumps(data, indent=2))
         return
     for line in lines + [f"{r.action}: {r.path}" for r in results]:
         click.echo(line)
+    for result in results:
+        if result.note:
+            click.echo(f"note: {result.path.name}: {result.note}", err=True)
 
 
 def _probe() -> HostProfile:

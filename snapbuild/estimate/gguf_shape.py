@@ -46,7 +46,7 @@ def read_gguf_shape(path: Path) -> ModelShape:
     if vocab is None:
         vocab = gguf.token_count()
     merges, heap = vocab_tables(gguf)
-    window = get("attention.sliding_window")
+    window = get("attention.sliding_window") or None  # 0: no sliding window
     pattern = gguf.value(f"{arch}.attention.sliding_window_pattern")
     return ModelShape(
         architecture=arch,
@@ -97,12 +97,15 @@ def swa_periods() -> dict[str, int]:
 
 
 def sliding_layers(arch: str, layers: int, window: int | None, pattern: Any) -> int:
+    """How many of ``layers`` use the sliding window: the file's per-layer pattern, else one
+    global layer in every ``period`` (the file's, else llama.cpp's for ``arch``). Counted
+    arithmetically, never layer by layer: a header may claim any number of layers."""
     if not window:
         return 0
     if isinstance(pattern, list):  # one boolean per layer (newer converters)
-        return sum(1 for p in pattern if p)
+        return min(layers, sum(1 for p in pattern if p))
     period = int(pattern) if isinstance(pattern, int) and pattern > 0 else swa_periods().get(arch)
     if not period:
         return 0
-    # layer i is global when (i + 1) % period == 0
-    return sum(1 for i in range(layers) if (i + 1) % period != 0)
+    # layer i is global when (i + 1) % period == 0: layers // period of them
+    return layers - layers // period

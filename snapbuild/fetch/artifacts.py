@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from snapbuild.fetch.verified import forget, mark_verified, still_verified
 from snapbuild.manifest.model import Artifact, ArtifactFile, LocalSource, Manifest
 from snapbuild.paths import cache_dir
 from snapcommon.errors import SnapbuildError, UsageError
-from snapcommon.files import sha256_of
+from snapcommon.files import DISK_FULL, require_space, sha256_of
 
 CHUNK = 1 << 20  # hashing and copying
 NET_CHUNK = 1 << 16  # network reads: small, so a cut-off connection loses little of the .part
@@ -58,8 +59,21 @@ def located_file(manifest: Manifest, artifact: Artifact, file: ArtifactFile) -> 
         return found
     cached = artifact_dir(manifest, artifact) / file.path
     if cached.is_file() and cached.stat().st_size == file.size:
+        if not still_verified(cached, file.sha256):
+            raise _corrupt_cache(manifest, artifact, file, cached)
         return cached
     return None
+
+
+def _corrupt_cache(
+    manifest: Manifest, artifact: Artifact, file: ArtifactFile, cached: Path
+) -> FetchError:
+    return FetchError(
+        f"the cached {artifact.name}/{file.path} changed since it was verified",
+        details=f"{cached} no longer has the manifest's sha256 {file.sha256}",
+        resolution=f"run `snapbuild fetch {manifest.name}`: it downloads the file again",
+        exit_code=2,
+    )
 
 
 def locate(manifest: Manifest, artifact: Artifact) -> Path | None:
@@ -82,6 +96,7 @@ class FetchResult:
 
     path: Path
     action: str  # "local", "cached", "downloaded", "resumed"
+    note: str | None = None  # why it was downloaded again, when it was
 
 
 Progress = Callable[[str, int, int], Any]  # (label, total bytes, initial bytes) -> bar
@@ -192,6 +207,17 @@ def download(
                 details=f"from {url}: {exc}",
                 resolution="run the same command again; it resumes where it stopped",
             ) from exc
+        except OSError as exc:  # after requests' errors, which are OSErrors too
+            if exc.errno not in DISK_FULL:
+                raise
+            part.unlink(missing_ok=True)
+            raise FetchError(
+                f"the disk filled up while downloading {label} ({written} bytes written)",
+                details=f"{exc.strerror}: {part.parent}; the partial file was deleted",
+                resolution="free some space there (or set SNAPBUILD_CACHE to a larger disk), "
+                "then run the same command again",
+                exit_code=2,
+            ) from None
         finally:
             if bar is not None:
                 bar.close()
@@ -253,8 +279,12 @@ def fetch_file(
     if file.local is not None and (found := local_file(file.local)) is not None:
         return FetchResult(found, "local")
     target = artifact_dir(manifest, artifact) / file.path
+    note = None
     if target.is_file() and target.stat().st_size == file.size:
-        return FetchResult(target, "cached")
+        if still_verified(target, file.sha256):
+            return FetchResult(target, "cached")
+        forget(target)
+        note = "the cached copy changed since it was verified (wrong sha256): downloaded again"
     label = f"{artifact.name}/{file.path}"
     if file.url is None:
         assert file.local is not None  # the manifest requires one of them
@@ -277,13 +307,28 @@ def fetch_file(
         )
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(target.name + ".part")
+    _room_for(file, part, label)
     if file.shards:
         action = _fetch_shards(file, part, label, progress)
     else:
         action, _ = download(file.url, part, size=file.size, label=label, progress=progress)
     _verify(part, size=file.size, sha256=file.sha256, label=label, url=file.url)
     os.replace(part, target)  # atomic: the final name only ever holds a verified file
-    return FetchResult(target, action)
+    mark_verified(target, file.sha256)
+    return FetchResult(target, action, note)
+
+
+def _room_for(file: ArtifactFile, part: Path, label: str) -> None:
+    """Refuse before the first byte when the disk cannot hold what is left to download (and,
+    for shards, the joined copy beside them)."""
+    have = part.stat().st_size if part.exists() else 0
+    need = file.size - have if not file.shards else file.size + sum(s.size for s in file.shards)
+    require_space(
+        part.parent,
+        need,
+        f"downloading {label}",
+        "or set SNAPBUILD_CACHE to a directory on a larger disk",
+    )
 
 
 def _fetch_shards(file: ArtifactFile, part: Path, label: str, progress: Progress | None) -> str:

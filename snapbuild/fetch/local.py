@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from snapbuild.manifest.filenames import CONTROL, inside
 from snapbuild.manifest.model import Manifest
 from snapcommon.errors import UsageError
 
@@ -43,6 +44,8 @@ def resolve_local_paths(data: Any, base: Path) -> None:
                 and not local.get("python-package")
                 and isinstance(local.get("path"), str)
                 and local["path"]
+                and not CONTROL.search(local["path"])  # refused by the model: left as given
+                and not local["path"].endswith("/")
                 and not Path(local["path"]).is_absolute()
             ):
                 local["path"] = str((base / local["path"]).resolve())
@@ -77,7 +80,7 @@ def stage_local_files(manifest: Manifest, artifacts: set[str], out: Path) -> lis
                     details=f"file: {found}",
                     resolution="run `snapbuild validate` on the manifest for every difference",
                 )
-            target = out / staged_source(artifact.name, file.path)
+            target = inside(out, STAGE_DIR, artifact.name, file.path)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.unlink(missing_ok=True)
             try:

@@ -24,6 +24,7 @@ from snapbuild.fetch.artifacts import (
     too_big,
     tqdm_progress,
 )
+from snapbuild.fetch.verified import mark_verified
 from snapbuild.manifest.edit import record_in_text
 from snapbuild.manifest.loader import load_manifest, parse_manifest
 from snapbuild.manifest.model import STORE_COMPONENT_LIMIT, Artifact, ArtifactFile, Manifest
@@ -135,6 +136,7 @@ def _record_file(
     parse_manifest(edited, source=str(manifest_file))  # never write a manifest that fails
     write_atomically(manifest_file, edited)
     os.replace(part, target)
+    mark_verified(target, sha256)
     reloaded = load_manifest(manifest_file)
     return (
         FetchResult(target, action),

@@ -95,7 +95,10 @@ def read_gguf_facts(path: Path, supplied_template: str | None = None) -> FileFac
     if gguf.has(TOKENS_KEY):
         take("vocab_merges", f"{MERGES_KEY} (count)", gguf.merge_count())
     take("context_length", f"{arch}.context_length")
-    window = take("sliding_window", f"{arch}.attention.sliding_window")
+    window_key = f"{arch}.attention.sliding_window"
+    window = gguf.integer(window_key) or None  # 0: no sliding window
+    if window:
+        take("sliding_window", window_key, window)
     if window and layers:
         pattern = gguf.value(f"{arch}.attention.sliding_window_pattern")
         take(
@@ -105,7 +108,9 @@ def read_gguf_facts(path: Path, supplied_template: str | None = None) -> FileFac
             else f"llama.cpp's {arch} layout (snapbuild/data/swa_layouts.yaml)",
             sliding_layers(arch, layers, window, pattern),
         )
-    take("parameters", "the tensors' element counts", sum(int(t.n_elements) for t in gguf.tensors))
+    parameters = sum(int(t.n_elements) for t in gguf.tensors)
+    if parameters:  # a vocabulary-only GGUF has none
+        take("parameters", "the tensors' element counts", parameters)
     quant, quant_source = quantization_name(
         gguf.integer("general.file_type"), [t.tensor_type.name for t in gguf.tensors]
     )

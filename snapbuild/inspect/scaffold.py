@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-import zlib
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,15 @@ import yaml
 from runtimes.catalog import RuntimeEntry, load_catalog
 from snapbuild.inspect.gguf import FileFacts, is_gguf, read_gguf_facts
 from snapbuild.inspect.sizes import group_sizes, option_name, split_facts
+from snapbuild.manifest.filenames import (
+    CONTROL,
+    RULE,
+    file_path_problem,
+    one_line,
+    safe_file_name,
+)
 from snapbuild.manifest.ladder import DEFAULT_MIN_TOKENS_PER_SECOND
+from snapbuild.manifest.ports import derived_port
 from snapbuild.manifest.spdx import license_problem, spdx_id
 from snapbuild.selection.hardware import vendor_name
 from snapcommon.errors import UsageError
@@ -54,9 +62,11 @@ class Scaffold:
     review: list[str] = field(default_factory=list)
 
     def yaml_text(self, sources: list[Path]) -> str:
-        """The manifest as commented YAML."""
-        head = [f"# Written by `snapbuild new` from {', '.join(p.name for p in sources)}."]
-        head += [f"# {REVIEW}: {line}" for line in self.review]
+        """The manifest as commented YAML (file names and notes escaped onto one line each: a
+        newline in a file name must not start a YAML key)."""
+        names = ", ".join(one_line(p.name) for p in sources)
+        head = [f"# Written by `snapbuild new` from {names}."]
+        head += [f"# {REVIEW}: {one_line(line)}" for line in self.review]
         # no wrapping: every scalar on its key's line, so a comment never lands inside a value
         text = yaml.safe_dump(self.data, sort_keys=False, allow_unicode=True, width=1 << 30)
         return "\n".join(head) + "\n" + _annotate(text, self.comments)
@@ -75,12 +85,18 @@ def _annotate(text: str, comments: dict[str, str]) -> str:
             key = f"{section}.{match.group(2)}"
         else:
             key = ""
-        out.append(f"{line}  # {comments[key]}" if key in comments else line)
+        out.append(f"{line}  # {one_line(comments[key])}" if key in comments else line)
     return "\n".join(out) + "\n"
 
 
 def inspect_source(path: Path) -> Source:
     """Read one SOURCE: a GGUF file, an ONNX model (file or directory), or an IR directory."""
+    if CONTROL.search(str(path)):
+        raise UsageError(
+            f"the file name '{one_line(str(path))}' holds a line break or control character",
+            details="a manifest names its model files; such a name would not survive in one",
+            resolution="rename the file (letters, digits, '.', '_', '+', '-'), then run new again",
+        )
     if not path.exists():
         raise UsageError(f"no such file or directory: {path}", resolution="check the path")
     if path.is_file() and is_gguf(path):
@@ -140,6 +156,7 @@ def new_manifest(
         + ", ".join(f"{k} {v}" for k, v in sc.data["model"].items())
     )
     _kind_notes(sc, lead)
+    _check_templates(sc, sources)
     sc.data["artifacts"] = [_artifact(sc, snap, s, output.parent, url_base) for s in sources]
     sc.data["engines"] = _engines(sc, sources, sc.data["artifacts"], lead.kind)
     return sc
@@ -204,7 +221,7 @@ def _metadata(sc: Scaffold, snap: str, lead: FileFacts, license_text: str | None
             "version": "1.0",
             "base": "core24",
             "architectures": ["amd64", "arm64"],
-            "default-port": 8300 + zlib.crc32(snap.encode()) % 600,
+            "default-port": derived_port(snap),
             "default-context-size": default_ctx,
             "min-context-size": min(512, default_ctx),
         }
@@ -240,6 +257,22 @@ def _kind_notes(sc: Scaffold, lead: FileFacts) -> None:
     sc.review += [n for n in lead.notes]
 
 
+def _check_templates(sc: Scaffold, sources: list[Source]) -> None:
+    """Each file's own chat template rendered in the sandbox before a manifest names it: an
+    error stops ``new`` (nothing is written), a warning is listed for review."""
+    from snapbuild.manifest.checks import gguf_template_findings
+
+    for source in sources:
+        for finding in gguf_template_findings(source.facts, "model.chat-template"):
+            if finding.level == "error":
+                raise UsageError(
+                    f"{source.path.name} carries a chat template llama-server cannot use safely",
+                    details=finding.message,
+                    resolution=f"{finding.fix}; no manifest was written",
+                )
+            sc.review.append(f"model.chat-template: {finding.message}")
+
+
 def _artifact(
     sc: Scaffold,
     snap: str,
@@ -252,9 +285,9 @@ def _artifact(
     name = _slug(f"{snap}-{option}-{quant}" if option else f"{snap}-{quant}")
     files = []
     for path in src.files:
-        entry: dict[str, Any] = {"path": path.name}
+        entry: dict[str, Any] = {"path": _file_name(sc, path)}
         if url_base:
-            entry["url"] = f"{url_base.rstrip('/')}/{path.name}"
+            entry["url"] = f"{url_base.rstrip('/')}/{urllib.parse.quote(path.name)}"
         entry["sha256"] = sha256_of(path)
         entry["size"] = path.stat().st_size
         entry["local"] = {"path": _local_path(path, base)}
@@ -276,6 +309,16 @@ def _artifact(
         "quantization": quant,
         "files": files,
     }
+
+
+def _file_name(sc: Scaffold, path: Path) -> str:
+    """The file's name in the snap: its own, unless YAML or a shell would misread it (the one
+    rule of :mod:`snapbuild.manifest.filenames`); ``local.path`` keeps the real one."""
+    if file_path_problem(path.name) is None:
+        return path.name
+    safe = safe_file_name(path.name)
+    sc.review.append(f"file {path.name!r} is named {safe!r} in the snap (the rule: {RULE})")
+    return safe
 
 
 def _local_path(path: Path, base: Path) -> str:

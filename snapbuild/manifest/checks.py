@@ -42,11 +42,18 @@ class Finding:
         return {"level": self.level, "field": self.field, "message": self.message, "fix": self.fix}
 
 
-def check_manifest(manifest: Manifest) -> list[Finding]:
-    """Every finding for ``manifest``: its licence, then each artifact found locally."""
+def check_manifest(manifest: Manifest, *, deep: bool = False) -> list[Finding]:
+    """Every finding for ``manifest``: its licence, its chat template, then each artifact found
+    locally (``deep``: every file hashed, cached ones too, whatever their stamps say)."""
     out = _license(manifest)
+    if manifest.model.chat_template:
+        out += template_findings(
+            manifest.model.chat_template,
+            "the manifest's model.chat-template",
+            "model.chat-template",
+        )
     for index, artifact in enumerate(manifest.artifacts):
-        out += _artifact(manifest, index, artifact)
+        out += _artifact(manifest, index, artifact, deep)
     return out
 
 
@@ -84,23 +91,29 @@ def _license(manifest: Manifest) -> list[Finding]:
     ]
 
 
-def present_file(manifest: Manifest, artifact: Artifact, file: ArtifactFile) -> tuple[Path, bool]:
-    """Where the file is on this machine and whether it is a ``local:`` copy (never verified by
-    ``fetch``); raises nothing: a missing file is ``(Path(), False)``."""
+def present_file(
+    manifest: Manifest, artifact: Artifact, file: ArtifactFile, *, deep: bool = False
+) -> tuple[Path, bool]:
+    """Where the file is on this machine and whether to hash it: a ``local:`` copy (never
+    verified by ``fetch``), a cached one whose stamp no longer holds, any with ``deep``; raises
+    nothing: a missing file is ``(Path(), False)``."""
     from snapbuild.fetch.artifacts import artifact_dir, local_file
+    from snapbuild.fetch.verified import stamp_holds
 
     if file.local is not None and (found := local_file(file.local)) is not None:
         return found, True
     cached = artifact_dir(manifest, artifact) / file.path
-    return (cached, False) if cached.is_file() else (Path(), False)
+    if not cached.is_file():
+        return Path(), False
+    return cached, deep or not stamp_holds(cached, file.sha256)
 
 
-def _artifact(manifest: Manifest, index: int, artifact: Artifact) -> list[Finding]:
+def _artifact(manifest: Manifest, index: int, artifact: Artifact, deep: bool) -> list[Finding]:
     out: list[Finding] = []
     where = f"artifacts[{index}]"
     paths: dict[str, Path] = {}
     for j, file in enumerate(artifact.files):
-        path, is_local = present_file(manifest, artifact, file)
+        path, hash_it = present_file(manifest, artifact, file, deep=deep)
         field = f"{where}.files[{j}]"
         if path == Path():
             if file.url is None and file.local is not None:
@@ -114,7 +127,7 @@ def _artifact(manifest: Manifest, index: int, artifact: Artifact) -> list[Findin
                 )
             continue
         paths[file.path] = path
-        out += _file(field, file, path, hash_it=is_local)
+        out += _file(field, file, path, hash_it=hash_it)
     if any(f.level == "error" for f in out) or len(paths) != len(artifact.files):
         return out  # facts are read from complete, correct files only
     if artifact.role == "projector":
@@ -133,7 +146,54 @@ def _artifact(manifest: Manifest, index: int, artifact: Artifact) -> list[Findin
     if facts is not None:
         # a ladder's file states its own size's facts: compare with that option's view
         out += _compare(view_for(manifest, artifact.option), where, artifact, facts)
+        out += gguf_template_findings(facts, where)
     return out
+
+
+def template_findings(template: str, name: str, field: str) -> list[Finding]:
+    """The chat template rendered in the sandbox (:mod:`runtimes.template_check`): an error
+    when llama-server could not use it safely, a warning when it may not work."""
+    from runtimes.template_check import check_template
+
+    problem = check_template(template)
+    if problem is None:
+        return []
+    fix = (
+        "fix the template (llama.cpp renders Jinja2 without include, import or extends), or "
+        "give a working one as model.chat-template, which wins over the GGUF's"
+        if problem.level == "error"
+        else "nothing to do if the model's conversations differ from the sample; else fix it"
+    )
+    return [Finding(problem.level, field, problem.describe(name), fix)]
+
+
+def require_safe_template(path: Path, supplied: str | None) -> None:
+    """Before serving ``path`` (a GGUF; anything else passes): the template llama-server will
+    run must render in the sandbox, else a :class:`UsageError` naming it."""
+    from runtimes.chat_templates import template_for_file
+
+    choice = template_for_file(path, supplied)
+    if choice is None or choice.template is None or choice.source == "family":
+        return
+    name = (
+        "the manifest's model.chat-template"
+        if choice.source == "manifest"
+        else (f"the chat template of {path.name} (tokenizer.chat_template)")
+    )
+    for finding in template_findings(choice.template, name, "model.chat-template"):
+        if finding.level == "error":
+            raise UsageError(
+                f"{name} cannot be served safely", details=finding.message, resolution=finding.fix
+            )
+
+
+def gguf_template_findings(facts: FileFacts, field: str) -> list[Finding]:
+    """:func:`template_findings` for the GGUF's own template, when it is the one in use."""
+    choice = facts.template
+    if choice is None or choice.source != "gguf" or choice.template is None:
+        return []
+    name = f"the chat template of {facts.path.name} (tokenizer.chat_template)"
+    return template_findings(choice.template, name, field)
 
 
 def _projector(where: str, artifact: Artifact, path: Path) -> list[Finding]:
@@ -179,7 +239,7 @@ def _file(field: str, file: ArtifactFile, path: Path, *, hash_it: bool) -> list[
                     "error",
                     f"{field}.sha256",
                     f"the manifest says {file.sha256}; {path} has sha256 {digest}",
-                    f"set sha256: {digest} if this file is the one to ship, else replace it",
+                    _sha256_fix(path, digest),
                 )
             ]
     if path.suffix == ".gguf" and not is_gguf(path):
@@ -194,6 +254,36 @@ def _file(field: str, file: ArtifactFile, path: Path, *, hash_it: bool) -> list[
             )
         ]
     return []
+
+
+def _valid_fact(model: dict[str, Any], name: str, value: Any) -> bool:
+    """Whether the manifest would accept ``value`` for ``name``: a fix is only suggested when
+    following it gives a valid manifest."""
+    from pydantic import ValidationError
+
+    from snapbuild.manifest.model import ModelFacts
+
+    try:
+        ModelFacts.model_validate({**model, name: value})
+    except ValidationError:
+        return False
+    return True
+
+
+def _no_fix(key: str, value: Any) -> str:
+    return (
+        f"the file's {value!r} is not a valid {key}: the file's metadata is wrong; keep the "
+        "manifest's value if it is right, or convert the model again"
+    )
+
+
+def _sha256_fix(path: Path, digest: str) -> str:
+    """A cached download that changed is downloaded again; a local file is the packager's."""
+    from snapbuild.paths import cache_dir
+
+    if path.resolve().is_relative_to(cache_dir().resolve()):
+        return "the cached copy is damaged: `snapbuild fetch` downloads it again"
+    return f"set sha256: {digest} if this file is the one to ship, else replace it"
 
 
 def _facts(artifact: Artifact, paths: dict[str, Path], template: str | None) -> FileFacts | None:
@@ -241,15 +331,12 @@ def _compare(manifest: Manifest, where: str, artifact: Artifact, facts: FileFact
         key = f"model.{name.replace('_', '-')}"
         said = model.get(name)
         source = f"{facts.path.name} says {value!r} ({facts.sources.get(name, 'its metadata')})"
+        fix = f"set {key}: {value}" if _valid_fact(model, name, value) else _no_fix(key, value)
         if said is None:
             if name != "architecture":
-                out.append(Finding("warning", key, f"not given; {source}", f"add {key}: {value}"))
+                out.append(Finding("warning", key, f"not given; {source}", fix))
         elif said != value and not (name == "architecture" and value == "unknown"):
-            out.append(
-                Finding(
-                    "error", key, f"the manifest says {said!r}; {source}", f"set {key}: {value}"
-                )
-            )
+            out.append(Finding("error", key, f"the manifest says {said!r}; {source}", fix))
     if facts.quantization and facts.quantization.casefold() != artifact.quantization.casefold():
         out.append(
             Finding(

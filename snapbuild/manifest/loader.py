@@ -35,6 +35,7 @@ __all__ = [
     "Problem",
     "field_name",
     "load_manifest",
+    "load_manifest_as",
     "manifest_schema",
     "manifest_to_data",
     "manifest_to_yaml",
@@ -75,8 +76,17 @@ def resolve(name_or_path: str) -> Path:
 # --------------------------------------------------------------------------- YAML reading
 
 
+MAX_MANIFEST_BYTES = 1 << 20  # hand-written files of a few KB; a chat template fits many times
+
+
 def _read(path: Path, shown: str) -> yaml_rt.Document:
     try:
+        if path.is_file() and path.stat().st_size > MAX_MANIFEST_BYTES:
+            raise ManifestError(
+                f"{shown} is {path.stat().st_size} bytes; a manifest may be at most "
+                f"{MAX_MANIFEST_BYTES} bytes",
+                resolution="give the manifest file, not a model or data file",
+            )
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ManifestError(
@@ -94,15 +104,26 @@ def _read(path: Path, shown: str) -> yaml_rt.Document:
         ) from None
     try:
         return yaml_rt.load(text)
+    except yaml_rt.YamlLimitError as exc:
+        raise ManifestError(
+            f"{shown} is refused: {exc.problem}",
+            details=f"at {shown}:{_line(exc)}",
+            resolution="write the values out with fewer levels and fewer aliases (*name); a "
+            "manifest needs neither",
+        ) from None
     except yaml_rt.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = int(mark.line) + 1 if mark is not None else 1
+        line = _line(exc)
         problem = getattr(exc, "problem", None) or str(exc)
         raise ManifestError(
             f"{shown} is not valid YAML",
             details=f"{shown}:{line}: YAML syntax error: {problem}",
             resolution="fix the YAML syntax at that line (indentation, quoting, colons)",
         ) from None
+
+
+def _line(exc: Exception) -> int:
+    mark = getattr(exc, "problem_mark", None)
+    return int(mark.line) + 1 if mark is not None else 1
 
 
 def parse_manifest(text: str, *, source: str = "<manifest>") -> Manifest:
@@ -119,6 +140,12 @@ def load_manifest(name_or_path: str | Path) -> Manifest:
     """Load and validate one manifest; raise :class:`ManifestError` listing every problem."""
     path = resolve(str(name_or_path))
     return _load(path, str(path))
+
+
+def load_manifest_as(path: Path, shown: str) -> Manifest:
+    """:func:`load_manifest` of ``path``, its problems named as ``shown``'s (a file about to
+    become ``shown``: ``new`` checks what it wrote before it takes the final name)."""
+    return _load(path, shown)
 
 
 def _load(path: Path, shown: str) -> Manifest:

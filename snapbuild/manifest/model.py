@@ -16,11 +16,13 @@ work with; a manifest without ``options`` is read exactly as before.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, PrivateAttr, field_validator, model_validator
 
 from hwprobe.profile import X86Level
+from snapbuild.manifest.filenames import check_file_path, check_local_path
+from snapbuild.manifest.ports import derived_port
 from snapcommon.model import KebabModel
 
 # snapd's rules: lowercase letters, digits and hyphens; at least one letter; no leading,
@@ -103,6 +105,9 @@ class ModelFacts(KebabModel):
     # a Jinja2 chat template for a GGUF without a usable one (runtimes/chat_templates.py decides)
     chat_template: str | None = Field(default=None, min_length=1)
     vision: VisionFacts | None = None  # the image encoder, for models that read images
+    # true: the model calls tools (function calling); the service proves it at start with one
+    # forced tool call and refuses tools with a 400 if that fails (runtimes/gateway/proofs.py)
+    tools: bool | None = None
 
 
 class Shard(KebabModel):
@@ -119,7 +124,7 @@ class LocalSource(KebabModel):
     ``local:`` and no ``url`` is local-only: ``make`` copies it into the project."""
 
     python_package: str | None = None  # a distribution whose files include the artifact
-    path: str  # path inside that distribution, or a file path when no package is given
+    path: Annotated[str, AfterValidator(check_local_path)]  # in that distribution, or a file
 
 
 class ArtifactFile(KebabModel):
@@ -166,9 +171,7 @@ class ArtifactFile(KebabModel):
     @field_validator("path")
     @classmethod
     def _path(cls, v: str) -> str:
-        if not v or v.startswith("/") or ".." in v.split("/") or "\n" in v:
-            raise ValueError("path must be a relative file name inside the artifact directory")
-        return v
+        return check_file_path(v)  # the one rule (snapbuild.manifest.filenames)
 
 
 class Artifact(KebabModel):
@@ -315,6 +318,7 @@ class Manifest(KebabModel):
     contact: Link | None = None
     base: Literal["core22", "core24"] = "core24"
     architectures: tuple[Architecture, ...] = Field(min_length=1)
+    # absent: derived from the name (snapbuild.manifest.ports), stable and distinct per snap
     default_port: int = Field(default=8080, ge=1, le=65535)
     default_context_size: int = Field(default=4096, gt=0)
     # the smallest context worth serving: the selector steps a context down to fit memory,
@@ -335,6 +339,15 @@ class Manifest(KebabModel):
     @classmethod
     def _name(cls, v: str) -> str:
         return _check_name(v, "snap name")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _port_from_name(cls, data: Any) -> Any:
+        """A manifest without ``default-port`` gets the one derived from its name."""
+        named = isinstance(data, dict) and isinstance(data.get("name"), str)
+        if named and "default-port" not in data and "default_port" not in data:
+            return {**data, "default-port": derived_port(data["name"])}
+        return data
 
     @model_validator(mode="after")
     def _cross_references(self) -> Manifest:

@@ -112,6 +112,8 @@ def fix_for(err: dict[str, Any]) -> tuple[str, str]:
         return message + shown, "split it into one condition per list item"
     if "files" in loc and "shards" in message:
         return message + shown, "split the file into pieces under 5 GB and list them as shards"
+    if "local" in loc and key == "path":
+        return message + shown, "give where the file is; rename a file whose name has a newline"
     return message + shown, _VALUE_FIXES.get(key, f"correct {field}. {SCHEMA_HINT}")
 
 

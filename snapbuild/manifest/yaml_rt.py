@@ -19,8 +19,10 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.constructor import RoundTripConstructor
+from ruamel.yaml.composer import Composer, ComposerError
+from ruamel.yaml.constructor import ConstructorError, RoundTripConstructor
 from ruamel.yaml.error import YAMLError
+from ruamel.yaml.nodes import MappingNode, Node, SequenceNode
 from ruamel.yaml.resolver import VersionedResolver
 from ruamel.yaml.scalarbool import ScalarBoolean
 
@@ -28,8 +30,11 @@ Loc = tuple[str | int, ...]
 
 __all__ = [
     "Document",
+    "LIMITS",
     "Loc",
     "YAMLError",
+    "YamlLimitError",
+    "YamlLimits",
     "dump",
     "layout",
     "field_name",
@@ -37,6 +42,93 @@ __all__ = [
     "load",
     "plain",
 ]
+
+
+@dataclass(frozen=True)
+class YamlLimits:
+    """How far a document may nest, and how much its aliases may repeat.
+
+    Anchors and aliases are legitimate (Ansible inventories share variables with ``<<: *x``),
+    but nine nested aliases of ten make a 2.7 KB file a billion nodes ("billion laughs"): every
+    consumer of the tree (plain data, pydantic, the line finder) walks each repetition. So the
+    nodes aliases add may be at most as many as the file writes out, or ``alias_floor``.
+    """
+
+    depth: int = 64  # manifests nest 6 levels, inventories about 10
+    alias_floor: int = 10_000
+
+
+LIMITS = YamlLimits()
+
+
+class YamlLimitError(ComposerError):
+    """A document past :data:`LIMITS`; ``problem_mark`` says where."""
+
+
+def _expanded(root: Node) -> tuple[int, int]:
+    """(nodes written, nodes once every alias is expanded): each distinct node counted once
+    for the first, every reference for the second (memoized, so linear in the file)."""
+    sizes: dict[int, int] = {}
+
+    def size(node: Node) -> int:
+        if id(node) not in sizes:
+            sizes[id(node)] = 1 + sum(size(child) for child in _node_children(node))
+        return sizes[id(node)]
+
+    return len(_distinct(root)), size(root)
+
+
+def _node_children(node: Node) -> list[Node]:
+    if isinstance(node, MappingNode):
+        return [part for pair in node.value for part in pair]
+    return list(node.value) if isinstance(node, SequenceNode) else []
+
+
+def _distinct(root: Node) -> dict[int, Node]:
+    seen: dict[int, Node] = {}
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        if id(node) not in seen:
+            seen[id(node)] = node
+            todo.extend(_node_children(node))
+    return seen
+
+
+class _BoundedComposer(Composer):
+    """Refuses nesting past :attr:`YamlLimits.depth` while composing (before the composer's own
+    recursion could exhaust the stack) and aliases past the expansion limit once composed."""
+
+    nesting = 0
+
+    def __init__(self, loader: Any = None) -> None:
+        super().__init__(loader)
+        self.warn_double_anchors = False  # a Python warning on stderr is no message for people
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self.nesting += 1
+        try:
+            if self.nesting > LIMITS.depth:
+                mark = self.parser.peek_event().start_mark
+                raise YamlLimitError(None, None, f"nested deeper than {LIMITS.depth} levels", mark)
+            return super().compose_node(parent, index)
+        finally:
+            self.nesting -= 1
+
+    def compose_document(self) -> Any:
+        root = super().compose_document()
+        if root is not None:
+            written, expanded = _expanded(root)
+            allowed = max(written, LIMITS.alias_floor)
+            if expanded - written > allowed:
+                raise YamlLimitError(
+                    None,
+                    None,
+                    f"its aliases expand {written} written nodes to {expanded}; aliases may "
+                    f"repeat at most {allowed} nodes",
+                    root.start_mark,
+                )
+        return root
 
 
 class _KeepFirst(RoundTripConstructor):
@@ -48,6 +140,13 @@ class _KeepFirst(RoundTripConstructor):
     def check_mapping_key(
         self, node: Any, key_node: Any, mapping: Any, key: Any, value: Any
     ) -> bool:
+        if isinstance(key_node, MappingNode | SequenceNode):  # `? [a, b]: x`: no file of ours
+            raise ConstructorError(
+                None,
+                None,
+                "a key must be plain text or a number, not a list or a mapping",
+                key_node.start_mark,
+            )
         if key in mapping:
             self.duplicates.append((mapping, str(key), int(key_node.start_mark.line) + 1))
             return False
@@ -84,6 +183,7 @@ class Document:
 
 def _yaml(mapping: int = 2, offset: int = 2) -> YAML:
     yaml = YAML(typ="rt")
+    yaml.Composer = _BoundedComposer
     yaml.Constructor = _KeepFirst
     yaml.Resolver = _PyYamlResolver
     yaml.version = (1, 1)  # yes/no/on/off are booleans, as PyYAML (and snapcraft) read them

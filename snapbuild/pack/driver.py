@@ -19,8 +19,9 @@ components not built here, and seed craft-parts' file cache.
 Request (schema 1): ``action`` ("probe", "plan" or "pack"), ``project_dir``, ``work_dir``,
 ``cache_dir``, ``logs_dir``, ``out_dir``, ``platform``, ``build_for``, ``apt_dir`` (where
 python3-apt's modules are), ``path`` (the build's PATH), ``replace_parts`` ({name: part}),
-``drop_parts`` ([name]), ``seed_files`` ([{"checksum", "file"}]), ``snap_reuse``
-({"file", "fingerprint"} of a snap packed before, or null).
+``drop_parts`` ([name]), ``clean_parts`` ([name]: cleaned before planning), ``seed_files``
+([{"checksum", "file"}]), ``snap_reuse`` ({"file", "fingerprint"} of a snap packed before, or
+null).
 
 Result: ``{"ok": true, "versions", "actions": [{"step", "part", "type", "seconds"}], "plan":
 {part: {"plugin", "build-commands", "build-packages", "environment"}}, "prime": {"": dir,
@@ -267,6 +268,12 @@ def _run_lifecycle(req: dict[str, Any], lifecycle: Any, result: dict[str, Any]) 
     from craft_parts import Step
 
     lcm = lifecycle._lcm
+    known = {part.name for part in lcm._part_list}
+    stale = [name for name in req.get("clean_parts") or () if name in known]
+    if stale:  # their local source lost files, which craft-parts' update would keep
+        lcm.clean(Step.PULL, part_names=stale)
+        lcm.reload_state()  # the sequencer read the states before they were removed
+        result["cleaned"] = stale
     actions = lcm.plan(Step.PRIME)
     result["actions"] = []
     with (Path(req["logs_dir"]) / "parts.log").open("a", encoding="utf-8") as log:

@@ -234,6 +234,36 @@ def sync_tree(source: Path, dest: Path, ignore: Collection[str] = ()) -> int:
     return changed
 
 
+def parts_to_clean(
+    parts: Mapping[str, Mapping[str, Any]], project: Path, craft_parts_dir: Path
+) -> list[str]:
+    """The parts whose pulled copy of a local ``source`` holds a file the project's source no
+    longer has. craft-parts' update of a local source copies new and newer files but never
+    deletes, so a module removed from the checkout (or packed once from another checkout
+    sharing this work dir) would stay installed in the snap beside the code that replaced it;
+    such a part must be cleaned and pulled again."""
+    out = []
+    for name, part in parts.items():
+        source = str(part.get("source") or "")
+        pulled = craft_parts_dir / name / "src"
+        if not source or "://" in source or not pulled.is_dir():
+            continue
+        origin = project / source
+        if origin.is_dir() and _has_extra(pulled, origin):
+            out.append(name)
+    return sorted(out)
+
+
+def _has_extra(pulled: Path, origin: Path) -> bool:
+    for root, dirs, files in os.walk(pulled):
+        rel = Path(root).relative_to(pulled)
+        for name in files + [d for d in dirs if Path(root, d).is_symlink()]:
+            if not os.path.lexists(origin / rel / name):
+                return True
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+    return False
+
+
 def _sync_entry(src: Path, dst: Path) -> int:
     if src.is_symlink():
         target = os.readlink(src)

@@ -38,7 +38,7 @@ from snapbuild.manifest.model import Manifest
 from snapbuild.pack.calling import driver_request, run_driver
 from snapbuild.pack.component import pack_component
 from snapbuild.pack.host import Host, HostError, find_host
-from snapbuild.pack.inputs import Inputs, Skipped, prepare_inputs, sync_tree
+from snapbuild.pack.inputs import Inputs, Skipped, parts_to_clean, prepare_inputs, sync_tree
 from snapbuild.paths import cache_dir
 from snapbuild.project.builder import BuiltProject, make
 from snapbuild.project.plan import plan_build
@@ -123,6 +123,11 @@ def pack(
         record = _read_record(work)
         request = driver_request("pack", work, arch, inputs)
         request["snap_reuse"] = record.get("snap")
+        request["clean_parts"] = parts_to_clean(
+            {**built.project["parts"], **inputs.replace_parts},
+            work / "project",
+            work / "craft" / "parts",
+        )
         result = run_driver(host, request, work, progress)
         timings.update({f"driver: {k}": v for k, v in result["timings"].items()})
         timings["driver: lifecycle"] = round(sum(a["seconds"] for a in result["actions"]), 2)

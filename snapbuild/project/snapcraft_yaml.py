@@ -122,6 +122,7 @@ def project_data(
     }
     if plug_defs:
         data["plugs"] = plug_defs
+    data["slots"] = fixed.pop("slots")  # the discovery document, for consumer snaps
     extensions = _extensions(plan, catalog)
     data["apps"] = _apps(manifest.name, fixed["apps"], device_plugs, extensions, sideload)
     data["hooks"] = _hooks(fixed["hooks"], device_plugs)

@@ -92,6 +92,8 @@ def snap_yaml(project: dict[str, Any], architecture: str | None = None) -> dict[
         meta["hooks"] = copy.deepcopy(project["hooks"])
     if project.get("plugs"):
         meta["plugs"] = copy.deepcopy(project["plugs"])
+    if project.get("slots"):
+        meta["slots"] = copy.deepcopy(project["slots"])
     if project.get("layout"):
         meta["layout"] = copy.deepcopy(project["layout"])
     links = {k: _as_list(project[k]) for k in _LINKS if project.get(k)}

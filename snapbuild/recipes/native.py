@@ -14,6 +14,11 @@ reachable where git hosts are not. Builds are cached under a key made of the rec
 archive's digest and the machine, so a second ``make install`` or CI run finds the tree ready;
 the venv then links to it (``<venv>/lib/snapbuild-native/<component>``), which is where
 :func:`runtimes.component_tree.dev_component_root` looks.
+
+Where this machine's apt lacks a recipe's build-package (Debian 12 here: Vulkan headers too old
+for the pinned llama.cpp, no CUDA toolkit), :mod:`snapbuild.recipes.toolkits` fetches the stand-in
+its table names; ``--define NAME=VALUE`` adds a cmake definition of the build machine's (one CUDA
+architecture, say). Both join the cache key and the stamp; the recipe itself is never changed.
 """
 
 from __future__ import annotations
@@ -21,31 +26,29 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from runtimes.catalog import NativeBuild, RuntimeCatalog, load_catalog
 from runtimes.component_tree import LINK_DIR, ComponentTree
 from snapbuild.paths import cache_dir
+from snapbuild.recipes.keys import (  # tests and callers import these from here too
+    GENERATOR,
+    STAMP,
+    NativeSource,
+    build_key,
+    built_before,
+    built_from,
+    machine_inputs,
+)
+from snapbuild.recipes.toolkits import Prepared, Toolkit, needed, prepare, toolkit_for
 from snapcommon.errors import SnapbuildError, UsageError
-
-GENERATOR = "Unix Makefiles"  # snapcraft's cmake plugin default (cmake-generator unset)
-STAMP = "snapbuild-native.json"
-
-
-@dataclass(frozen=True)
-class NativeSource:
-    """An unpacked source tree and the digest of the archive it came from."""
-
-    tree: Path
-    digest: str
 
 
 @dataclass(frozen=True)
@@ -56,13 +59,17 @@ class BuildStep:
     env: tuple[tuple[str, str], ...] = ()
 
 
-def build_steps(recipe: NativeBuild, source: Path, install: Path, jobs: int) -> list[BuildStep]:
+def build_steps(
+    recipe: NativeBuild, source: Path, install: Path, jobs: int, extra: Sequence[str] = ()
+) -> list[BuildStep]:
     """The commands snapcraft's cmake plugin (craft-parts ``CMakePlugin.get_build_commands``)
     writes for the recipe's part: configure ``source`` out of tree with the part's generator and
     ``cmake-parameters``, build with ``jobs`` jobs, install with ``DESTDIR``. A test compares
-    them with the plugin's own commands for the rendered part, so the two cannot drift."""
+    them with the plugin's own commands for the rendered part, so the two cannot drift.
+    ``extra``: this build machine's own parameters after the recipe's (a toolkit stand-in's,
+    ``--define``); none in the snap's build."""
     return [
-        BuildStep(("cmake", str(source), "-G", GENERATOR, *recipe.cmake_parameters)),
+        BuildStep(("cmake", str(source), "-G", GENERATOR, *recipe.cmake_parameters, *extra)),
         BuildStep(("cmake", "--build", ".", "--", f"-j{jobs}")),
         BuildStep(("cmake", "--build", ".", "--target", "install"), (("DESTDIR", str(install)),)),
     ]
@@ -95,48 +102,13 @@ def _native_ids(catalog: RuntimeCatalog) -> list[str]:
     return [r.id for r in catalog.runtimes if r.build is not None and r.build.native is not None]
 
 
-def built_from(recipe: NativeBuild) -> dict[str, object]:
-    """The part of a recipe that decides what cmake builds (package lists do not: the machine
-    provides them here, snapcraft stages them in a real build)."""
-    fields = {"source", "source_commit", "cmake_parameters", "remove_after_install"}
-    return recipe.model_dump(mode="json", include=fields)
-
-
-def build_key(recipe: NativeBuild, source: NativeSource) -> str:
-    """What a cached tree depends on: the recipe's build inputs, the source archive, the machine."""
-    facts = {
-        "recipe": built_from(recipe),
-        "source": source.digest,
-        "generator": GENERATOR,
-        "machine": platform.machine(),
-    }
-    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def built_before(
-    components: Path, component: str, recipe: NativeBuild, source: NativeSource
-) -> Path | None:
-    """A finished tree of the same build stored under another key: same source archive, same
-    build inputs, the commit written abbreviated in its stamp (``0c1e57098``) where the recipe
-    now gives it in full. One commit, one archive digest: the same tree, so lengthening a pin
-    does not recompile llama.cpp (tens of minutes)."""
-    wanted = built_from(recipe)
-    for stamp in sorted(components.glob(f"{component}-*/{STAMP}")):
-        try:
-            record = json.loads(stamp.read_text(encoding="utf-8"))
-            built = dict(record["recipe"])
-            commit = str(built.pop("source_commit"))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        rest = {k: v for k, v in wanted.items() if k != "source_commit"}
-        if (
-            record.get("source") == source.digest
-            and built == rest
-            and len(commit) >= 7
-            and recipe.source_commit.startswith(commit)
-        ):
-            return stamp.parent
-    return None
+def backend_problems(runtime_id: str, install: Path) -> list[str]:
+    """What a GPU runtime's tree lacks: its GGML backend module beside llama-server."""
+    entry = load_catalog().get(runtime_id)
+    if entry is None or entry.offload is None:
+        return []
+    module = install / "usr" / "bin" / entry.offload.module
+    return [] if module.is_file() else [f"{module} (the {entry.offload.backend} backend)"]
 
 
 def fetch_source(requirement: str, cache: Path) -> NativeSource:
@@ -152,11 +124,16 @@ def fetch_source(requirement: str, cache: Path) -> NativeSource:
             what=f"download the {requirement} source archive",
             fix="check that PyPI is reachable (pip config) and the pin exists",
         )  # fmt: skip
-    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    digest = archive_digest(archive)
     tree = cache / "src" / digest[:16] / "llama.cpp"
     if not (tree / "CMakeLists.txt").is_file():
         _unpack_vendored(archive, tree)
     return NativeSource(tree, digest)
+
+
+def archive_digest(archive: Path) -> str:
+    """The sha256 of a source archive: the cache key's part for the source."""
+    return hashlib.sha256(archive.read_bytes()).hexdigest()
 
 
 def _unpack_vendored(archive: Path, tree: Path) -> None:
@@ -176,15 +153,54 @@ def _unpack_vendored(archive: Path, tree: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def built_component(runtime_id: str, *, cache: Path | None = None) -> Path | None:
-    """The cached tree of ``runtime_id``'s recipe, or None when it was never built."""
+@dataclass(frozen=True)
+class Planned:
+    """Where a runtime's tree is (or will be) cached, and what building it takes."""
+
+    runtime: str
+    component: str
+    recipe: NativeBuild
+    source: NativeSource
+    toolkit: Toolkit | None  # a stand-in for a build-package this machine lacks
+    defines: tuple[str, ...]
+    root: Path
+
+    @property
+    def built(self) -> bool:
+        """Whether the cache holds the tree already."""
+        return (self.root / STAMP).is_file()
+
+
+def plan_build(
+    runtime_id: str = "llama.cpp-cpu",
+    *,
+    cache: Path | None = None,
+    defines: tuple[str, ...] = (),
+    source: NativeSource | None = None,
+) -> Planned:
+    """The cached tree's place for ``runtime_id`` on this machine, without building anything
+    (the source archive is fetched once; a toolkit stand-in only later, when it builds).
+    ``source``: another archive of the same tree (a GPU host's bundle), keyed by its digest.
+    Where the key's place is empty but the same build is stored under an older key
+    (:func:`built_before`), that tree is the root."""
     cache = cache or native_cache()
     component, recipe, requirement = recipe_for(load_catalog(), runtime_id)
-    source = fetch_source(requirement, cache)
-    root = cache / "components" / f"{component}-{build_key(recipe, source)}"
-    if (root / STAMP).is_file():
-        return root
-    return built_before(cache / "components", component, recipe, source)
+    source = source or fetch_source(requirement, cache)
+    stand_in = toolkit_for(runtime_id)
+    toolkit = stand_in if stand_in is not None and needed(stand_in) else None
+    machine = machine_inputs(toolkit, defines)
+    root = cache / "components" / f"{component}-{build_key(recipe, source, machine)}"
+    if not (root / STAMP).is_file():
+        root = built_before(root.parent, component, recipe, source, machine) or root
+    return Planned(runtime_id, component, recipe, source, toolkit, defines, root)
+
+
+def built_component(
+    runtime_id: str, *, cache: Path | None = None, defines: tuple[str, ...] = ()
+) -> Path | None:
+    """The cached tree of ``runtime_id``'s recipe, or None when it was never built."""
+    planned = plan_build(runtime_id, cache=cache, defines=defines)
+    return planned.root if planned.built else None
 
 
 def build_component(
@@ -194,33 +210,59 @@ def build_component(
     jobs: int | None = None,
     log: Path | None = None,
     progress: Callable[[str], None] | None = None,
+    defines: tuple[str, ...] = (),
+    source: NativeSource | None = None,
 ) -> Path:
-    """The component tree of ``runtime_id`` built per its recipe; cached, built at most once."""
+    """The component tree of ``runtime_id`` built per its recipe; cached, built at most once.
+    ``defines``: the build machine's own cmake definitions (``NAME=VALUE``), after the recipe's."""
     cache = cache or native_cache()
-    found = built_component(runtime_id, cache=cache)
-    if found is not None:
-        return found
-    component, recipe, requirement = recipe_for(load_catalog(), runtime_id)
-    source = fetch_source(requirement, cache)
-    root = cache / "components" / f"{component}-{build_key(recipe, source)}"
-    work = cache / "work" / root.name
+    planned = plan_build(runtime_id, cache=cache, defines=defines, source=source)
+    if planned.built:
+        return planned.root
+    work = cache / "work" / planned.root.name
     if progress:
-        progress(f"building {component} as its recipe says into {root} (log: {work}/build.log)")
+        progress(
+            f"building {planned.component} as its recipe says into {planned.root} "
+            f"(log: {work}/build.log)"
+        )
+    toolkit = prepare(planned.toolkit, cache) if planned.toolkit else None
+    install = _build(planned, toolkit, work, jobs, log or work / "build.log")
+    planned.root.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(planned.root, ignore_errors=True)
+    os.replace(install, planned.root)
     shutil.rmtree(work, ignore_errors=True)
+    return planned.root
+
+
+def _build(
+    planned: Planned, toolkit: Prepared | None, work: Path, jobs: int | None, log: Path
+) -> Path:
+    """Configure, build and install into ``work/install`` as snapcraft's cmake plugin would,
+    then check the layout and stamp it; the installed tree. A build of the same key that was cut
+    short (a stopped session, a CI time-out) goes on where it stopped: the folder's name is the
+    key, and make rebuilds what is out of date (an interrupted make deletes its half-written
+    target)."""
     build, install = work / "build", work / "install"
-    build.mkdir(parents=True)
-    log = log or work / "build.log"
-    for step in build_steps(recipe, source.tree, install, jobs or os.cpu_count() or 1):
+    shutil.rmtree(install, ignore_errors=True)
+    if not (build / "CMakeCache.txt").is_file():
+        shutil.rmtree(work, ignore_errors=True)
+    build.mkdir(parents=True, exist_ok=True)
+    recipe, component = planned.recipe, planned.component
+    extra = (*(toolkit.cmake_parameters if toolkit else ()), *(f"-D{d}" for d in planned.defines))
+    env = {**os.environ, **(toolkit.environment if toolkit else {})}
+    cpus = jobs or os.cpu_count() or 1
+    for step in build_steps(recipe, planned.source.tree, install, cpus, extra):
         _run(
             list(step.argv),
             what=f"build {component} ({' '.join(step.argv[:3])}...)",
             cwd=build,
-            env={**os.environ, **dict(step.env)},
+            env={**env, **dict(step.env)},
             log=log,
         )
     for path in recipe.remove_after_install:  # the part's override-build does the same
         (install / path).unlink(missing_ok=True)
     missing = ComponentTree(install).problems() if component.startswith("llamacpp") else []
+    missing += backend_problems(planned.runtime, install)
     if missing:
         raise SnapbuildError(
             f"{component} built, but not laid out as the loader expects "
@@ -229,16 +271,13 @@ def build_component(
             resolution="fix the recipe's install directories (cmake-parameters) and rebuild",
         )
     stamp = {
-        "runtime": runtime_id,
+        "runtime": planned.runtime,
         "recipe": built_from(recipe),
-        "source": source.digest,
+        "source": planned.source.digest,
+        **machine_inputs(planned.toolkit, planned.defines),
     }
     (install / STAMP).write_text(json.dumps(stamp, indent=2) + "\n", encoding="utf-8")
-    root.parent.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(root, ignore_errors=True)
-    os.replace(install, root)
-    shutil.rmtree(work, ignore_errors=True)
-    return root
+    return install
 
 
 def link_into_venv(component: str, root: Path, prefix: Path | None = None) -> Path:
@@ -281,6 +320,16 @@ def _run(
         )
 
 
+def _define(text: str) -> str:
+    name, sep, _ = text.partition("=")
+    if not sep or not name or not name.replace("_", "").isalnum():
+        raise UsageError(
+            f"--define {text!r} is not NAME=VALUE",
+            resolution="e.g. --define CMAKE_CUDA_ARCHITECTURES=90-real",
+        )
+    return text
+
+
 def _note(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -294,9 +343,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runtime", nargs="?", default="llama.cpp-cpu")
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--no-link", action="store_true", help="do not link it into this venv")
+    parser.add_argument(
+        "--define",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a cmake definition of this build machine's, after the recipe's (cached apart)",
+    )
     args = parser.parse_args(argv)
     try:
-        root = build_component(args.runtime, jobs=args.jobs, progress=_note)
+        defines = tuple(_define(d) for d in args.define)
+        root = build_component(args.runtime, jobs=args.jobs, progress=_note, defines=defines)
         if not args.no_link:
             component, _, _ = recipe_for(load_catalog(), args.runtime)
             link_into_venv(component, root)

@@ -51,8 +51,9 @@ class Serving(KebabModel):
     flash_attention: bool
     cache_reuse: int  # min reused prompt chunk (llama-server --cache-reuse); 0: off
     kv_cache: int  # bytes of KV cache for all slots
-    required: int  # weights + all slots' KV + compute + overhead, with headroom
+    required: int  # weights + all slots' KV + compute + overhead, with headroom (+ prompt cache)
     why: str
+    prompt_cache: int = 0  # bytes of llama-server's prompt cache (--cache-ram); 0: off
 
     def summary(self) -> str:
         """One line for `select`, `why` and `status`."""
@@ -61,10 +62,15 @@ class Serving(KebabModel):
             if self.cache_reuse
             else ("no prompt-cache reuse")
         )
+        cache = (
+            f"{self.prompt_cache >> 20} MiB prompt cache"
+            if self.prompt_cache
+            else "no prompt cache"
+        )
         return (
             f"{self.slots} parallel slots x {self.context_per_slot} tokens, {self.kv_cache_type} "
-            f"KV cache, flash attention {'on' if self.flash_attention else 'off'}, {reuse} "
-            f"({self.why})"
+            f"KV cache, flash attention {'on' if self.flash_attention else 'off'}, {reuse}, "
+            f"{cache} ({self.why})"
         )
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hwprobe.profile import GpuFacts, HostProfile, NpuFacts
+from hwprobe.profile import GpuFacts, HostProfile, NpuFacts, VulkanDeviceFacts
 from runtimes.catalog import RuntimeEntry
 from snapbuild.manifest.model import Engine, GpuRequirement
 from snapbuild.selection.decision import DeviceClass
 from snapbuild.selection.hardware import Accel, HardwareTable
+from snapbuild.selection.software import software_reason, software_vulkan
 from snapbuild.selection.verdicts import Verdicts, gib
 
 
@@ -30,6 +31,7 @@ class Device:
     slot: str | None = None
     gpu: GpuFacts | None = None
     npu: NpuFacts | None = None
+    vulkan: VulkanDeviceFacts | None = None  # a software Vulkan device: only ever forced
 
 
 def _cc(value: str) -> tuple[int, ...]:
@@ -130,8 +132,10 @@ def pick_gpu(
             f"; {hw.vendor_name(d.vendor)} {d.name or 'display'} is not a compute GPU ({d.reason})"
             for d in host.displays
         )
+        software = software_vulkan(host, entry)  # rejected, but kept for a forced run's plan
+        extra += software_reason(software, engine.name) if software else ""
         v.fail(f"needs an {wanted} GPU ({entry.id}): none found{extra}")
-        return None
+        return Device(cls="gpu", accel="cpu", vendor=None, vulkan=software) if software else None
     usable: list[GpuFacts] = []
     rejected: list[str] = []
     for gpu in host.gpus:

@@ -33,6 +33,8 @@ def _pool(
 ) -> tuple[str, int | None, str, bool]:
     """(pool, available bytes, label, exact) of the memory the engine draws from. ``exact`` is
     False when the figure is an upper bound (total RAM because available was not reported)."""
+    if device.vulkan is not None:  # a software Vulkan device (forced only): what it reports
+        return "vram", device.vulkan.memory, f"{device.vulkan.name} device memory", True
     if device.accel == "gpu-discrete" and device.gpu is not None:
         have, source = vram(device.gpu, hw)
         label = f"{hw.vendor_name(device.vendor)} VRAM"

@@ -16,13 +16,17 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
+from hwprobe.profile import HostProfile
 from runtimes.engine import LoadOptions
 from runtimes.gateway.images import ImagePolicy
+from runtimes.gateway.outage import Advice
 from runtimes.gateway.server import ServeOptions
-from runtimes.llamaserver.supervisor import from_plan
+from runtimes.llamaserver.supervisor import ServingConfig, from_plan
 from snapbuild.manifest.model import Manifest
 from snapbuild.selection.decision import MemoryEstimate, Selected
 from snapbuild.serving.batching import load_options
+from snapbuild.serving.discovery import declared_capabilities
+from snapbuild.serving.offload import device_choice
 from snapbuild.serving.plan import serving_plan
 from snapcommon.errors import UsageError
 
@@ -51,6 +55,9 @@ def serve_options(
     cors_origins: Sequence[str] | None = None,
     images: ImagePolicy | None = None,
     memory: MemoryEstimate | None = None,
+    advice: Advice | None = None,
+    unix_socket: Path | None = None,
+    machine: HostProfile | None = None,
 ) -> ServeOptions:
     """Serve ``selected`` (an engine of ``manifest``) from ``artifact`` (and its ``projector``).
 
@@ -59,7 +66,9 @@ def serve_options(
     sequences an in-process engine batches (1: one request at a time). ``port``: None for the
     manifest's default port, ``"auto"`` for the first free one from it up. ``memory``: the
     winner's memory estimate (its Candidate's), for planning the slots again at an operator's
-    context.
+    context. ``advice``: what to do when the engine cannot serve, in the caller's words;
+    ``unix_socket``: where the API listens besides the port. ``machine``: the host profile, to
+    name a GPU engine's device as its backend counts (:mod:`snapbuild.serving.offload`).
     """
     engine = manifest.engine(selected.engine)
     if engine is None:
@@ -73,6 +82,10 @@ def serve_options(
     if planned is not None:
         serving = from_plan(planned, threads)
         serving = dataclasses.replace(serving, slots=slots or serving.slots)
+    choice = device_choice(engine.runtime, selected, machine)
+    if choice is not None:  # a GPU engine: llama-server is held to the selector's device
+        base = serving or ServingConfig(context_per_slot=context, threads=threads)
+        serving = dataclasses.replace(base, offload=choice)
     if port is None:
         port = manifest.default_port
     elif port == "auto":
@@ -97,5 +110,8 @@ def serve_options(
         port=port,
         cors_origins=tuple(cors_origins) if cors_origins is not None else None,
         images=images or ImagePolicy(),
+        declared=declared_capabilities(manifest, selected),
+        advice=advice or Advice(),
+        unix_socket=unix_socket,
         option=selected.option,
     )

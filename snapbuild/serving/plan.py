@@ -12,7 +12,7 @@ flash attention, which a quantized V cache needs) when it gives more slots than 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, lru_cache
 from typing import Literal
 
@@ -24,9 +24,11 @@ from snapbuild.estimate.memory import Pool, plan_memory
 from snapbuild.estimate.shape import ModelShape, model_shape
 from snapbuild.estimate.tables import llama_memory, read_data
 from snapbuild.manifest.model import Manifest
-from snapbuild.selection.decision import DeviceClass, MemoryEstimate, Selected, Serving
+from snapbuild.selection.decision import Candidate, DeviceClass, MemoryEstimate, Selected, Serving
 from snapcommon.model import KebabModel
 from snapcommon.sizes import gib
+
+MIB = 1 << 20
 
 
 class ServingTable(KebabModel):
@@ -39,6 +41,7 @@ class ServingTable(KebabModel):
     kv_quality_floor: KvType
     flash_attention: tuple[str, ...]  # runtime ids of runtimes/catalog.yaml
     cache_reuse: NonNegativeInt
+    prompt_cache_slots: dict[DeviceClass, NonNegativeInt]
 
     @model_validator(mode="after")
     def _consistent(self) -> ServingTable:
@@ -159,6 +162,8 @@ def plan(
             break
     if best is None:  # the memory fit passed for one sequence, so this is the fallback
         best = sized("f16", 1)
+    cache = prompt_cache(best, table.prompt_cache_slots.get(device, 0), available, where)
+    best = replace(best, required=best.required + (cache if where == "ram" else 0))
     return Serving(
         slots=best.slots,
         context_per_slot=context,
@@ -168,7 +173,18 @@ def plan(
         kv_cache=best.kv_cache,
         required=best.required,
         why=_why(best, preferred, available),
+        prompt_cache=cache,
     )
+
+
+def prompt_cache(best: Option, slots: int, available: int | None, pool: Pool) -> int:
+    """Bytes of llama-server's prompt cache: ``slots`` slots' KV cache, within what ``available``
+    leaves beside ``best`` when the cache shares that memory (host RAM; a GPU plan's cache is in
+    RAM, beside its VRAM), in whole MiB (--cache-ram's unit; 0 turns it off)."""
+    wanted = best.kv_cache // best.slots * slots
+    if pool == "ram" and available is not None:
+        wanted = min(wanted, max(available - best.required, 0))
+    return wanted // MIB * MIB
 
 
 def serving_plan(
@@ -198,6 +214,29 @@ def serving_plan(
         available=memory.available if memory else None,
         pool=memory.pool if memory else "ram",
         table=table,
+    )
+
+
+def forced_plan(manifest: Manifest, candidate: Candidate) -> Serving | None:
+    """llama-server's plan for an engine the selector rejected and an operator forced
+    (``use-engine E --force``): the selector's rule in the memory its judging saw on the
+    engine's device (a software Vulkan device's reported memory, say). None when there is
+    nothing to plan with (no memory fit, no model shape, not served by llama-server)."""
+    from runtimes.catalog import load_catalog
+
+    engine = manifest.engine(candidate.engine)
+    entry = load_catalog().get(candidate.runtime)
+    shape = model_shape(manifest, engine) if engine is not None else None
+    memory = candidate.memory
+    if shape is None or memory is None or entry is None or entry.serving != "llama-server":
+        return None
+    return plan(
+        shape,
+        memory.context_size,
+        runtime=candidate.runtime,
+        device=candidate.device,
+        available=memory.available,
+        pool=memory.pool,
     )
 
 

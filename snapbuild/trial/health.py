@@ -2,8 +2,9 @@
 
 A first start may join split weights and load a large model, so the wait is long; the daemon
 notes its phase in ``$SNAP_DATA/daemon.json``, and echoing that (and the elapsed time every few
-seconds) keeps a slow load from looking like a hang. A service that dies fails the wait at once,
-with the tail of its log, instead of running out the clock.
+seconds) keeps a slow load from looking like a hang. A service that dies, or that answers why
+it cannot serve (a 503 with a reason: the weights do not load, nothing fits), fails the wait at
+once, with the tail of its log, instead of running out the clock.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def wait_healthy(
     timeout: float = HEALTH_TIMEOUT_S,
     echo: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Poll /health until 200; fail early, with the log, if the service dies. ``echo`` hears
+    """Poll /health until 200; fail early, with the log, if the service dies or answers
+    that it cannot serve (its 503's reason, detail and resolution). ``echo`` hears
     what the daemon is doing (waiting for components, preparing, loading) as it changes, and
     the elapsed time every few seconds, so a slow load is not a silent wait."""
     watched = trial if isinstance(trial, Watched) else watched_trial(trial)
@@ -59,11 +61,17 @@ def wait_healthy(
     while time.monotonic() < deadline:
         if echo is not None:
             said = _progress(watched.note, echo, said, time.monotonic() - start)
-        with contextlib.suppress(requests.RequestException):
+        with contextlib.suppress(requests.RequestException, ValueError):
             resp = requests.get(url, timeout=2)
+            body: dict[str, Any] = resp.json()
             if resp.status_code == 200:
-                body: dict[str, Any] = resp.json()
                 return body
+            if body.get("reason") not in (None, "restarting"):  # it answers why it cannot serve
+                raise TrialError(
+                    f"the server cannot serve the model ({body['reason']}): {body.get('detail')}",
+                    details=tail(watched.log()),
+                    resolution=body.get("resolution"),
+                )
         if watched.stopped():
             raise TrialError(
                 "the server stopped before it was healthy",

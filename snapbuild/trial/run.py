@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import signal
 import tempfile
 import time
@@ -24,6 +25,7 @@ from typing import Any
 
 from hwprobe.profile import HostProfile
 from hwprobe.replay import probe_from_environ
+from snapbuild.manifest.model import Manifest
 from snapbuild.selection.decision import Decision
 from snapbuild.trial.health import wait_healthy
 from snapbuild.trial.prime import assemble_prime, check_skeleton, render, write_commands
@@ -88,19 +90,50 @@ def prepare(
         if work_dir
         else Path(tempfile.mkdtemp(prefix=f"snapbuild-try-{manifest.name}-"))
     )
-    if work.exists() and any(work.iterdir()):
+    if work_dir and work.exists() and any(work.iterdir()):
         raise UsageError(
             f"the work directory {work} is not empty",
             resolution="Give an empty or new directory with --work-dir.",
         )
-    trial = Trial(work=work, name=manifest.name)
+    with discarded_on_failure(work, fresh=not (work_dir and work.exists())):
+        return _install(
+            model,
+            manifest,
+            decision,
+            host,
+            Trial(work=work, name=manifest.name),
+            port=port,
+            engine=engine,
+            option=option,
+            echo=echo,
+            connections=connections,
+        )
+
+
+def _install(
+    model: str,
+    manifest: Manifest,
+    decision: Decision,
+    host: HostProfile,
+    trial: Trial,
+    *,
+    port: int | None,
+    engine: str | None,
+    option: str | None,
+    echo: Callable[[str], None],
+    connections: dict[str, bool] | None,
+) -> tuple[Trial, Decision, str]:
     echo(f"Rendering the snapcraft project into {trial.project}")
     render(model, trial.project, None)
     snapcraft = assemble_prime(trial, host.architecture or "amd64")
     skeleton = check_skeleton(trial.prime)
     echo(f"snap pack --check-skeleton: {skeleton}")
     write_commands(trial)
-    usable = [(c.engine, c.option) for c in decision.candidates if c.compatible]
+    # every engine of every size that runs here, as the Store offers every component: an
+    # operator may force one the selector rejects (`use-engine E --force`), e.g. Vulkan on
+    # lavapipe; a ladder's sizes that run nowhere here are left out
+    runs = {c.option for c in decision.candidates if c.compatible} if decision.options else {None}
+    usable = [(c.engine, c.option) for c in decision.candidates if c.option in runs]
     missing = stage_components(trial, manifest, usable, snapcraft)
     sel = decision.selected
     if sel is not None and any((m.engine, m.option) == (sel.engine, sel.option) for m in missing):
@@ -170,10 +203,11 @@ def run_trial(
     max_tokens: int = 64,
 ) -> TrialResult:
     """The whole trial; stops the server at the end unless ``keep_running``."""
+    fresh = not work_dir or not Path(work_dir).exists()
     trial, decision, skeleton = prepare(
         model, engine=engine, option=option, port=port, work_dir=work_dir, echo=echo
     )
-    with _stopping(trial):
+    with discarded_on_failure(trial.work, fresh=fresh), _stopping(trial):
         status = json.loads(trial.run("status", "--json").stdout)
         if status["engine"] is None:
             raise NoEngineError(
@@ -220,6 +254,25 @@ def summary(result: TrialResult, prompt: str) -> str:
             f"again with `{trial.bin / 'snapctl'} start {trial.name}.server` (env from env.sh).",
         ]
     )
+
+
+@contextlib.contextmanager
+def discarded_on_failure(work: Path, *, fresh: bool) -> Iterator[None]:
+    """A failed trial leaves nothing behind: its work directory (``fresh``: made for it) or
+    what it wrote into the empty one it was given is removed; its errors carry the log. A trial
+    that ran and found that no engine fits (exit 3) did not fail: its snap stays to inspect."""
+    try:
+        yield
+    except NoEngineError:
+        raise
+    except BaseException:
+        targets = [work] if fresh else list(work.iterdir()) if work.is_dir() else []
+        for target in targets:
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target, ignore_errors=True)
+            else:
+                target.unlink(missing_ok=True)
+        raise
 
 
 @contextlib.contextmanager

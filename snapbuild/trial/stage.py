@@ -9,6 +9,7 @@ joins and verifies them as on a real install.
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -97,14 +98,18 @@ def _native_tree(family: str, component: str) -> Path | bool:
     """The built tree of a runtime's cmake part (llama.cpp), True when it has none, False when
     it needs one that this machine has not built (``make install`` builds the CPU one).
 
-    A GPU build (CUDA, ROCm, Vulkan) cannot be made here; a trial of a replayed GPU machine
-    stages the CPU build in its place, and the runtime then says it runs on the CPU.
+    A GPU build that this machine built and linked (``python -m snapbuild.recipes.native
+    llama.cpp-vulkan``) is staged as itself on this machine. A trial of a recorded machine
+    (SNAPBUILD_HOST_ROOT or SNAPBUILD_HOST_PROFILE) stages the CPU build in a GPU component's
+    place, since the recorded GPU is not here: the runtime then says it runs on the CPU.
     """
     if family != "llama.cpp":
         return True
+    from hwprobe.replay import HOST_PROFILE_VAR, HOST_ROOT_VAR
     from runtimes.component_tree import ComponentTree, component_root
 
-    root = component_root(component) or component_root()
+    replayed = bool(os.environ.get(HOST_ROOT_VAR) or os.environ.get(HOST_PROFILE_VAR))
+    root = (None if replayed else component_root(component)) or component_root()
     if root is None or ComponentTree(root).problems():
         return False
     return root

@@ -82,3 +82,23 @@ def wait_closed(port: int, timeout: float = 30) -> None:
             pass
         time.sleep(0.2)
     raise AssertionError(f"port {port} still answers")
+
+
+def published(run: SnapRun, snap: str, port: int, timeout: float = 30) -> dict[str, Any]:
+    """The snap's discovery document, read where its `inference-api` content slot shares it
+    (``$SNAP_COMMON/discovery/api.json``), once it says the server on ``port`` is ready."""
+    import json
+
+    path = run.inside(f"/var/snap/{snap}/common/discovery/api.json")
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = json.loads(path.read_text())
+            if last.get("status") == "ok" and last.get("base-url", "").endswith(f":{port}/v1"):
+                data: dict[str, Any] = last
+                return data
+        except (OSError, ValueError) as exc:
+            last = exc
+        time.sleep(0.3)
+    raise AssertionError(f"no document of the server on {port} at {path}: {last}")

@@ -26,6 +26,8 @@ ROOTS = (
     "ListModelsResponse",
     "Model",
     "ErrorResponse",
+    "Response",  # the Responses API: its object and every stream event
+    "ResponseStreamEvent",
 )
 
 
@@ -86,6 +88,25 @@ def validate(name: str, instance: Any) -> None:
     doc = _document()
     schema = {"$ref": f"#/components/schemas/{name}", "components": doc["components"]}
     jsonschema.validate(instance, schema, cls=jsonschema.Draft202012Validator)
+
+
+@cache
+def _event_schemas() -> dict[str, str]:
+    """Each Responses stream event's type -> the name of its own schema."""
+    schemas = _document()["components"]["schemas"]
+    found = {}
+    for option in schemas["ResponseStreamEvent"]["anyOf"]:
+        name = option["$ref"].rsplit("/", 1)[1]
+        kind = schemas[name].get("properties", {}).get("type", {}).get("enum", [None])[0]
+        if kind is not None:
+            found[kind] = name
+    return found
+
+
+def validate_event(event: dict[str, Any]) -> None:
+    """Check one Responses stream event against the schema of its ``type`` (validating against
+    the whole union would only say that no member fits)."""
+    validate(_event_schemas()[event["type"]], event)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,42 @@ def wait_healthy(
     raise AssertionError(f"server at {base} not healthy in {timeout}s: {last}")
 
 
+def health_until(
+    base: str, wanted: Callable[[int, dict[str, Any]], bool], timeout: float = 90
+) -> dict[str, Any]:
+    """Poll /health until ``wanted(status code, body)``; the body (for servers that answer
+    503 on purpose: loading, or an engine that cannot serve)."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            response = httpx.get(f"{base}/health", timeout=5)
+            last = (response.status_code, response.json())
+            if wanted(*last):
+                return dict(last[1])
+        except httpx.HTTPError as exc:
+            last = exc
+        time.sleep(0.1)
+    raise AssertionError(f"/health at {base} never got there: {last}")
+
+
+def refused(
+    base: str, path: str = "/v1/chat/completions", client: httpx.Client | None = None, **body: Any
+) -> dict[str, Any]:
+    """The error object of the OpenAI-shaped 503 a /v1 route answers (GET without a body);
+    ``client``: another way to the server (through its Unix socket)."""
+    http = client or httpx.Client(timeout=30)
+    try:
+        response = http.post(f"{base}{path}", json=body) if body else http.get(f"{base}{path}")
+    finally:
+        if client is None:
+            http.close()
+    assert response.status_code == 503, response.text
+    error: dict[str, Any] = response.json()["error"]
+    assert error["type"] == "service_unavailable"
+    return error
+
+
 @contextlib.contextmanager
 def http_files_server(handler: type[Any]) -> Iterator[str]:
     """Serve a ``http.server`` handler class on a free loopback port; yield its base URL.
@@ -59,15 +95,16 @@ def http_files_server(handler: type[Any]) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def app_in_thread(app: Any) -> Iterator[str]:
-    """Run a FastAPI app with uvicorn on a free loopback port; yield its base URL."""
+def app_in_thread(app: Any, **config: Any) -> Iterator[str]:
+    """Run a FastAPI app with uvicorn (``config``: more of its options) on a free loopback
+    port; yield its base URL."""
     import uvicorn
 
     from runtimes.gateway.server import bind_socket
 
     sock = bind_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **config))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{port}"
@@ -82,10 +119,18 @@ def app_in_thread(app: Any) -> Iterator[str]:
 
 @contextlib.contextmanager
 def snapbuild_serve(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 90.0
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 90.0,
+    healthy: bool = True,
+    memory: int = 0,
 ) -> Iterator[str]:
-    """Run ``snapbuild serve ARGS --port auto`` as a subprocess; yield its base URL."""
+    """Run ``snapbuild serve ARGS --port auto`` as a subprocess; yield its base URL once it is
+    healthy (``healthy=False``: once it listens, whatever /health says). ``memory``: an
+    address-space cap (bytes) for it and its llama-server (util-linux prlimit)."""
     command = [sys.executable, "-c", "from snapbuild.cli import main; main()", "serve", *args]
+    if memory:
+        command = ["prlimit", f"--as={memory}", "--", *command]
     proc = subprocess.Popen(
         command,
         stdout=subprocess.DEVNULL,
@@ -108,7 +153,8 @@ def snapbuild_serve(
     drain = threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True)  # type: ignore[union-attr]
     drain.start()
     try:
-        wait_healthy(base, timeout=timeout, proc=proc)
+        if healthy:
+            wait_healthy(base, timeout=timeout, proc=proc)
         yield base
     finally:
         proc.terminate()

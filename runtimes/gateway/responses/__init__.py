@@ -1,0 +1,1 @@
+"""OpenAI's Responses API (``POST /v1/responses``), answered by any engine's chat."""
