@@ -68,6 +68,21 @@ def test_smollm2_answers_and_batched_answers_are_one_at_a_time_answers(model: Pa
         batched.close()
 
 
+def test_one_at_a_time_answers_a_prompt_it_has_answered_before(model: Path) -> None:
+    """The server's startup check asks "Hello" (one token in SmolLM2) for one token after the
+    warm-up did: with the LLMPipeline's default prefix caching, GenAI 2025.2 failed every such
+    repeat; the adapter turns it off."""
+    adapter = _adapter(model, 1)
+    greedy = SamplingParams(max_tokens=1, temperature=0, ignore_eos=True)
+    answers = []
+    for params in (SamplingParams(max_tokens=1, seed=0), greedy, greedy, SamplingParams(3, 0)):
+        deltas = list(adapter.complete("Hello", params, threading.Event()))
+        usage = deltas[-1].usage
+        assert usage is not None and usage.prompt_tokens == 1
+        answers.append(usage.completion_tokens)
+    assert answers[1:] == [1, 1, 3]
+
+
 def test_the_offline_requantization_equals_llama_quantize(tmp_path: Path) -> None:
     import gguf
 
