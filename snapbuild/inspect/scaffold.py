@@ -314,11 +314,16 @@ def _artifact(
 def _file_name(sc: Scaffold, path: Path) -> str:
     """The file's name in the snap: its own, unless YAML or a shell would misread it (the one
     rule of :mod:`snapbuild.manifest.filenames`); ``local.path`` keeps the real one."""
-    if file_path_problem(path.name) is None:
-        return path.name
-    safe = safe_file_name(path.name)
+    safe = _snap_name(path.name)
+    if safe == path.name:
+        return safe
     sc.review.append(f"file {path.name!r} is named {safe!r} in the snap (the rule: {RULE})")
     return safe
+
+
+def _snap_name(name: str) -> str:
+    """A file's name in the snap (:func:`_file_name`'s rule, without the review note)."""
+    return name if file_path_problem(name) is None else safe_file_name(name)
 
 
 def _local_path(path: Path, base: Path) -> str:
@@ -356,7 +361,7 @@ def _engines(
     by_file = {a["files"][0]["path"]: a for a in artifacts}
     picks: dict[tuple[str, str], dict[str, Any]] = {}
     for src in sources:
-        art = by_file[src.files[0].name]
+        art = by_file[_snap_name(src.files[0].name)]
         key = (src.facts.format, art["quantization"]) if ladder else (art["name"], "")
         picks.setdefault(key, art)
     for i, art in enumerate(picks.values()):
