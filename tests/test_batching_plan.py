@@ -121,6 +121,18 @@ def test_load_options_carry_the_plan_to_the_adapter() -> None:
     assert load_options("onnxruntime-cpu", onnx) == {"sequences": 32, "batch_window_ms": 5.0}
 
 
+def test_the_operators_slots_replace_the_planned_sequences() -> None:
+    """``serve --slots``: another batch size, or one request at a time (1); an engine that
+    cannot batch stays one at a time."""
+    cpu = plan_batching("openvino-cpu", None, 4096)
+    assert load_options("openvino-cpu", cpu, 4) == {"sequences": 4, "kv_block_tokens": 32}
+    assert load_options("openvino-cpu", cpu, 1) == {}
+    onnx = plan_batching("onnxruntime-cpu", None, 512)
+    assert load_options("onnxruntime-cpu", onnx, 8) == {"sequences": 8, "batch_window_ms": 5.0}
+    assert load_options("onnxruntime-cpu", onnx, 1) == {}
+    assert load_options("openvino-npu", plan_batching("openvino-npu", None, 4096), 4) == {}
+
+
 @pytest.mark.parametrize(("runtime", "blocks"), [("openvino-cpu", 256), ("openvino-gpu", 512)])
 def test_the_adapter_sizes_its_paged_cache_from_the_block_size(
     runtime: str, blocks: int, tmp_path: Path

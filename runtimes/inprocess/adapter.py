@@ -14,6 +14,7 @@ import importlib
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -143,6 +144,18 @@ class RuntimeAdapter(ABC):
             f"the {self.options.runtime} engine does not compute embeddings",
             resolution="use an engine whose runtime lists the 'embeddings' capability",
         )
+
+    @property
+    def gathers(self) -> bool:
+        """Whether embedding calls join batches that a worker thread of the adapter runs (then
+        the server awaits :meth:`embed_later` on its event loop instead of parking a thread per
+        request, which on a loaded CPU costs more than the request). Default: no."""
+        return False
+
+    def embed_later(self, texts: Sequence[str]) -> Future[Embeddings]:
+        """Queue ``texts`` for the next batch without blocking; the future holds their
+        embeddings (only where :attr:`gathers`)."""
+        raise UnsupportedError(f"the {self.options.runtime} engine does not gather batches")
 
     # accounting --------------------------------------------------------------------------
     @abstractmethod

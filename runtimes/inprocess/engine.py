@@ -147,7 +147,10 @@ class LocalEngine:
         """Embed in the engine's worker (batching adapters gather concurrent requests)."""
         texts = [text for text in items(body.input) if isinstance(text, str)]  # ids: refused
         assert self.queue is not None
-        result = await self.queue.call(lambda: self.adapter.embed(texts))
+        if self.adapter.gathers:
+            result = await self.queue.wait(lambda: self.adapter.embed_later(texts))
+        else:
+            result = await self.queue.call(lambda: self.adapter.embed(texts))
         return {
             "object": "list",
             "data": [

@@ -7,8 +7,9 @@ arriving within ``window`` seconds of it join (first come first served, while th
 at most ``max_items`` items; a single call larger than that runs alone), then the batch runs as
 one call of ``run`` and each caller gets exactly its own results back, in its own order.
 
-Callers block in :meth:`submit` (the server runs them in its worker threads). The worker is the
-only thread that calls ``run``, so the runtime session is never used concurrently.
+Callers block in :meth:`submit`, or take a future from :meth:`submit_later` (the server awaits
+it on its event loop, so a request costs no thread hand-over of its own). The worker is the only
+thread that calls ``run``, so the runtime session is never used concurrently.
 """
 
 from __future__ import annotations
@@ -74,13 +75,18 @@ class MicroBatcher(Generic[In, Out]):
 
     def submit(self, items: Sequence[In]) -> list[Out]:
         """Run ``items`` in the next batch; block until their results are ready."""
+        return self.submit_later(items).result()
+
+    def submit_later(self, items: Sequence[In]) -> Future[list[Out]]:
+        """Queue ``items`` for the next batch without blocking: the future is resolved by the
+        worker (an event loop awaits it with ``asyncio.wrap_future``, no thread per call)."""
         job: _Job[In, Out] = _Job(list(items))
         with self._wake:
             if self._closed:
                 raise RuntimeError("the micro-batcher is shut down")
             self._jobs.append(job)
             self._wake.notify()
-        return job.result.result()
+        return job.result
 
     def queue_depth(self) -> int:
         """Calls waiting for a batch."""
@@ -130,6 +136,9 @@ class MicroBatcher(Generic[In, Out]):
             return batch
 
     def _execute(self, batch: list[_Job[In, Out]]) -> None:
+        batch = [job for job in batch if job.result.set_running_or_notify_cancel()]
+        if not batch:  # every caller cancelled its future while it waited
+            return
         started = time.perf_counter()
         items = [item for job in batch for item in job.items]
         self._count(batch, len(items), started)

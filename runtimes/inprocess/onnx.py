@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -170,13 +171,35 @@ class OnnxAdapter(RuntimeAdapter):
     def count_tokens(self, text: str) -> int:
         return len(self._ids(text))
 
+    @property
+    def gathers(self) -> bool:
+        return self.batcher is not None
+
     def embed(self, texts: Sequence[str]) -> Embeddings:
-        batch = [self._ids(t)[: self.max_length] or [0] for t in texts]
-        rows = self.batcher.submit(batch) if self.batcher is not None else self._run(batch)
-        return Embeddings(
-            vectors=[[float(x) for x in row] for row in rows],
-            prompt_tokens=sum(len(ids) for ids in batch),
-        )
+        if self.batcher is not None:
+            return self.embed_later(texts).result()
+        batch = self._token_ids(texts)
+        return _embeddings(batch, self._run(batch))
+
+    def embed_later(self, texts: Sequence[str]) -> Future[Embeddings]:
+        """Queue ``texts`` for the micro-batcher; the worker thread that runs their batch also
+        turns their rows into the answer."""
+        assert self.batcher is not None, "embed_later needs a micro-batcher (sequences > 1)"
+        batch = self._token_ids(texts)
+        answer: Future[Embeddings] = Future()
+
+        def finish(rows: Future[list[np.ndarray]]) -> None:
+            try:
+                answer.set_result(_embeddings(batch, rows.result()))
+            except BaseException as exc:  # the batch's error, handed to this caller
+                answer.set_exception(exc)
+
+        self.batcher.submit_later(batch).add_done_callback(finish)
+        return answer
+
+    def _token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text's ids, cut to the model's length (an empty text is one padding id)."""
+        return [self._ids(t)[: self.max_length] or [0] for t in texts]
 
     def _run(self, batch: list[list[int]]) -> list[np.ndarray]:
         """Vectors for ``batch`` (token ids per text), in its order. Texts are sorted by length
@@ -234,3 +257,10 @@ class OnnxAdapter(RuntimeAdapter):
     def metrics(self) -> dict[str, float]:
         """Micro-batching figures (none when requests run one at a time)."""
         return self.batcher.metrics() if self.batcher is not None else {}
+
+
+def _embeddings(batch: list[list[int]], rows: Sequence[np.ndarray]) -> Embeddings:
+    """The answer for ``batch``'s texts (``tolist`` makes the floats in C, not one by one)."""
+    return Embeddings(
+        vectors=[row.tolist() for row in rows], prompt_tokens=sum(len(ids) for ids in batch)
+    )

@@ -88,8 +88,18 @@ class OpenVinoAdapter(RuntimeAdapter):
                 self.pipe = openvino_genai.ContinuousBatchingPipeline(
                     path, scheduler, self.device, config
                 )
-            else:
+            elif self.device == "NPU":
                 self.pipe = openvino_genai.LLMPipeline(path, self.device, **config)
+            else:
+                # on CPU and GPU the LLMPipeline runs the paged-attention backend with prefix
+                # caching on; GenAI 2025.2 then fails every later request of a prompt whose
+                # tokens are all cached ("content_length <= prompt_ids.size() + ..."), as the
+                # startup check's "Hello" is after the warm-up's
+                scheduler = openvino_genai.SchedulerConfig()
+                scheduler.enable_prefix_caching = False
+                self.pipe = openvino_genai.LLMPipeline(
+                    path, self.device, scheduler_config=scheduler, **config
+                )
         except Exception as exc:  # OpenVINO raises plain RuntimeError with long texts
             raise load_failure(
                 f"OpenVINO could not load {self.options.artifact} on {self.device}",

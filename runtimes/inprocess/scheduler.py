@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncGenerator, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -88,6 +88,26 @@ class EngineQueue:
         future = asyncio.get_running_loop().run_in_executor(self._executor, run)
         future.add_done_callback(self._finish(outcome))
         return await asyncio.shield(future)
+
+    async def wait(self, start: Callable[[], Future[T]]) -> T:
+        """Admit, start and count a job that runs elsewhere (a batch the adapter gathers),
+        awaiting its future on the event loop: no worker thread is handed the request. As in
+        :meth:`call`, the slot is freed when the job ends, not when its caller stops waiting."""
+        await self._acquire()
+        outcome: list[str] = []
+        try:
+            pending = asyncio.wrap_future(start())
+        except BaseException:
+            self._finish(outcome)(None)  # nothing started: counted as failed
+            raise
+
+        def record(done: asyncio.Future[T]) -> None:
+            failed = done.cancelled() or done.exception() is not None
+            outcome.append("failed" if failed else "completed")
+
+        pending.add_done_callback(record)
+        pending.add_done_callback(self._finish(outcome))
+        return await asyncio.shield(pending)
 
     async def stream(
         self, start: Callable[[threading.Event], Iterator[T]], cancel: threading.Event

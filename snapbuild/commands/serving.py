@@ -114,7 +114,8 @@ def _choose_engine(
     "--slots",
     type=click.IntRange(min=1, max=256),
     default=None,
-    help="llama.cpp: parallel slots (default: the selector's serving configuration).",
+    help="Requests served together: llama.cpp's slots, or the sequences an OpenVINO or ONNX "
+    "Runtime engine batches, 1 for one at a time (default: the selector's plan).",
 )
 @click.option(
     "--llama-root",

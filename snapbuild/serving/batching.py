@@ -132,16 +132,24 @@ def _sequences(
     )
 
 
-def load_options(runtime: str, batching: Batching | None) -> dict[str, Any]:
+def load_options(
+    runtime: str, batching: Batching | None, sequences: int | None = None
+) -> dict[str, Any]:
     """The :class:`runtimes.inprocess.adapter.LoadOptions` fields that carry ``batching`` to
-    ``runtime``'s
-    adapter (none without a plan: the adapter serves one request at a time). The KV cache is
-    not passed, its block size is: the adapter sizes the cache for ``sequences`` at the context
-    it actually serves, which is the plan's ``kv-cache-tokens`` unless ``--context-size``
-    overrides the selector."""
+    ``runtime``'s adapter (none without a plan: the adapter serves one request at a time).
+
+    ``sequences`` is the operator's count (``serve --slots``), which replaces the plan's as
+    llama-server's slots do, so one engine can be compared batched and one at a time (1); a
+    runtime that cannot batch stays one at a time whatever it says. The KV cache is not passed,
+    its block size is: the adapter sizes the cache for ``sequences`` at the context it actually
+    serves, which is the plan's ``kv-cache-tokens`` unless ``--context-size`` overrides the
+    selector."""
     if batching is None or batching.mode == "one-at-a-time":
         return {}
-    options: dict[str, Any] = {"sequences": batching.sequences}
+    count = sequences or batching.sequences
+    if count == 1:
+        return {}
+    options: dict[str, Any] = {"sequences": count}
     if batching.window_ms is not None:
         options["batch_window_ms"] = batching.window_ms
     if batching.mode == "continuous":

@@ -62,13 +62,13 @@ def serve_options(
     """Serve ``selected`` (an engine of ``manifest``) from ``artifact`` (and its ``projector``).
 
     ``context_size``, ``threads`` and ``slots`` are the operator's overrides (None: the
-    Decision's, the runtime's default threads). ``port``: None for the manifest's default port,
-    ``"auto"`` for the first free one from it up. ``memory``: the winner's memory estimate
-    (its Candidate's), for planning the slots again at an operator's context. ``advice``: what
-    to do when the engine cannot serve, in the caller's words; ``unix_socket``: where the API
-    listens besides the port. ``machine``: the
-    host profile, to name a GPU engine's device as its backend counts
-    (:mod:`snapbuild.serving.offload`).
+    Decision's, the runtime's default threads); ``slots`` is llama-server's slots or the
+    sequences an in-process engine batches (1: one request at a time). ``port``: None for the
+    manifest's default port, ``"auto"`` for the first free one from it up. ``memory``: the
+    winner's memory estimate (its Candidate's), for planning the slots again at an operator's
+    context. ``advice``: what to do when the engine cannot serve, in the caller's words;
+    ``unix_socket``: where the API listens besides the port. ``machine``: the host profile, to
+    name a GPU engine's device as its backend counts (:mod:`snapbuild.serving.offload`).
     """
     engine = manifest.engine(selected.engine)
     if engine is None:
@@ -99,7 +99,7 @@ def serve_options(
         llama_root=llama_root,
         chat_template=manifest.model.chat_template,
         projector=projector,
-        **load_options(engine.runtime, selected.batching),
+        **load_options(engine.runtime, selected.batching, slots),
     )
     return ServeOptions(
         model_id=manifest.name,

@@ -166,9 +166,17 @@ def snapbuild_serve(
 
 
 def tiny_manifest(
-    directory: Path, name: str, model_file: Path, *, runtime: str, fmt: str, kind: str = "chat"
+    directory: Path,
+    name: str,
+    model_file: Path,
+    *,
+    runtime: str,
+    fmt: str,
+    kind: str = "chat",
+    quantization: str | None = None,
 ) -> Path:
-    """A manifest with one engine whose artifact is ``model_file`` (an absolute local path)."""
+    """A manifest with one engine whose artifact is ``model_file`` (an absolute local path,
+    generated F16 GGUF or fp32 ONNX unless ``quantization`` says otherwise)."""
     data = {
         "schema-version": 1,
         "name": name,
@@ -185,7 +193,7 @@ def tiny_manifest(
             {
                 "name": "weights",
                 "format": fmt,
-                "quantization": "F16" if fmt == "gguf" else "fp32",
+                "quantization": quantization or ("F16" if fmt == "gguf" else "fp32"),
                 "files": [
                     {
                         "path": model_file.name,
