@@ -68,10 +68,12 @@ def test_a_stream_the_client_leaves_stops_in_llama_server(smol: str) -> None:
         httpx.Client(timeout=60) as client,
         client.stream("POST", f"{smol}/v1/chat/completions", json=body) as response,
     ):
-        for line in response.iter_lines():
+        lines = response.iter_lines()  # kept: a dropped iterator would close the stream now
+        for line in lines:
             if line.startswith("data: "):
                 break
         _until_busy(smol)
+        response.close()  # the client leaves mid-stream
     took = _idle_within(smol, 10)  # 3000 tokens take 30 s or more here: it stopped
     print(f"llama-server idle {took:.1f} s after a streaming client left")
 
