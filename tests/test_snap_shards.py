@@ -268,7 +268,7 @@ def test_switching_engine_gathers_splits_and_drops_the_unused_joined_copy(snap: 
     )
 
 
-def test_a_corrupt_piece_stops_the_daemon_and_leaves_no_joined_file(snap: Snap) -> None:
+def test_a_corrupt_piece_is_answered_as_load_failed_and_leaves_no_joined_file(snap: Snap) -> None:
     piece = snap.staged_piece("tiny-sharded-2", "tiny.gguf.part-02")
     data = bytearray(piece.read_bytes())
     data[100] ^= 0xFF
