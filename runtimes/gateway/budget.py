@@ -20,6 +20,7 @@ from pathlib import Path
 
 from runtimes import requests as s
 from runtimes.gateway.errors import ApiError
+from runtimes.gateway.inputs import items
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class PromptBudget:
         """Refuse a completion one of whose prompts cannot fit with its ``max_tokens`` (each
         prompt is generated in a slot of its own). Token ids count exactly; a text by its
         lower bound."""
-        for prompt in _prompts(body.prompt):
+        for prompt in items(body.prompt):
             least = (
                 len(prompt)
                 if isinstance(prompt, list)
@@ -72,17 +73,6 @@ def context_exceeded(
         param=param,
         code="context_length_exceeded",
     )
-
-
-def _prompts(prompt: s.Prompt) -> list[str | list[int]]:
-    """OpenAI's prompt forms as a list of prompts: texts, or lists of token ids."""
-    if isinstance(prompt, str):
-        return [prompt]
-    if prompt and all(isinstance(p, int) for p in prompt):
-        return [[int(p) for p in prompt if isinstance(p, int)]]
-    return [
-        p if isinstance(p, str) else [int(t) for t in p] for p in prompt if not isinstance(p, int)
-    ]
 
 
 def _utf8(text: str) -> int:
