@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel, Field
+from support.weather import WEATHER
 
 pytestmark = pytest.mark.slow
 
@@ -59,18 +60,6 @@ def loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     assert tried == []
 
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 

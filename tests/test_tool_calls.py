@@ -25,6 +25,7 @@ from support.llama import llama_server
 from support.openai_schema import validate
 from support.serving import app_in_thread
 from support.tiny_models import smollm2_gguf_path
+from support.weather import WEATHER
 
 from runtimes.engine import LoadOptions
 from runtimes.gateway.errors import ApiError
@@ -36,18 +37,6 @@ from runtimes.llamaserver.engine import LlamaServerEngine
 from runtimes.llamaserver.supervisor import ServingConfig
 from runtimes.llamaserver.toolreply import ReplyReader
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
 TIME = {
     "type": "function",
     "function": {**WEATHER["function"], "name": "get_time", "description": "The time in a city"},
