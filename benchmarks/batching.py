@@ -25,10 +25,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import statistics
 import sys
 import tempfile
+import time
+import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,10 +148,61 @@ def openvino_models(workdir: Path) -> list[tuple[str, Path]]:
 # --- ONNX Runtime embeddings ------------------------------------------------------------------
 
 
-def embed_all(pool: ClientPool, base: str, texts: list[str]) -> float:
-    """Seconds for concurrent single-text requests, one per text and client process."""
+@dataclass(frozen=True)
+class Round:
+    """One round of concurrent requests: wall seconds, and the CPU seconds the server and the
+    client processes spent in it (the cores they share)."""
+
+    seconds: float
+    server_cpu: float
+    client_cpu: float
+
+
+def server_cpu(base: str) -> float:
+    """The server process's CPU seconds so far (its ``/metrics`` counter)."""
+    with urllib.request.urlopen(f"{base}/metrics", timeout=30) as reply:
+        text = reply.read().decode()
+    for line in text.splitlines():
+        if line.startswith("snapbuild_process_cpu_seconds_total "):
+            return float(line.split()[1])
+    raise RuntimeError(f"{base}/metrics has no snapbuild_process_cpu_seconds_total")
+
+
+def embed_all(pool: ClientPool, base: str, texts: list[str]) -> Round:
+    """Concurrent single-text requests, one per text and client process."""
+    server, clients = server_cpu(base), pool.cpu_seconds()
     results = pool.run([(embed, (base, text)) for text in texts])
-    return max(r[1] for r in results) - min(r[0] for r in results)
+    seconds = max(r[1] for r in results) - min(r[0] for r in results)
+    return Round(seconds, server_cpu(base) - server, pool.cpu_seconds() - clients)
+
+
+def session_only(model: Path, texts: list[str], args: argparse.Namespace) -> tuple[float, float]:
+    """Median seconds for ``texts`` one by one and as one batch through the ONNX Runtime
+    adapter in this process (no HTTP, no clients, the servers' session options): the most
+    micro-batching can gain on this machine, which the served ratio approaches from below."""
+    from runtimes.engine import LoadOptions
+    from runtimes.inprocess.onnx import OnnxAdapter
+
+    options = LoadOptions(
+        artifact=model, runtime="onnxruntime-cpu", threads=args.threads, context_size=512
+    )
+    adapter = OnnxAdapter(options)
+    adapter.load()
+    one: list[float] = []
+    batch: list[float] = []
+    try:
+        for round_no in range(args.rounds + 2):  # the first two warm the session
+            began = time.perf_counter()
+            for text in texts:
+                adapter.embed([text])
+            middle = time.perf_counter()
+            adapter.embed(texts)
+            if round_no >= 2:
+                one.append(middle - began)
+                batch.append(time.perf_counter() - middle)
+    finally:
+        adapter.close()
+    return statistics.median(one), statistics.median(batch)
 
 
 def onnx_part(pool: ClientPool, workdir: Path, args: argparse.Namespace) -> bool:
@@ -160,19 +215,19 @@ def onnx_part(pool: ClientPool, workdir: Path, args: argparse.Namespace) -> bool
         workdir, MODEL, model, runtime="onnxruntime-cpu", fmt="onnx", kind="embeddings"
     )
     workloads = {"queries": QUERIES, "sentences": SENTENCES}
-    seconds: dict[tuple[str, str], list[float]] = {}
+    rounds: dict[tuple[str, str], list[Round]] = {}
     with servers(manifest, 32, args.threads, 512) as bases:
         for base in bases.values():
             embed_all(pool, base, QUERIES)
         for _ in range(args.rounds):
             for load, texts in workloads.items():
                 for name, base in bases.items():
-                    seconds.setdefault((load, name), []).append(embed_all(pool, base, texts))
+                    rounds.setdefault((load, name), []).append(embed_all(pool, base, texts))
     print(f"ONNX Runtime, MiniLM-shaped encoder, CPU, {args.threads} threads, 32 concurrent "
           f"single-text requests, median of {args.rounds} interleaved rounds")  # fmt: skip
     ok = True
     for load in workloads:
-        batch, one = (32 / statistics.median(seconds[(load, n)]) for n in ("batch", "one"))
+        batch, one = (32 / _median(rounds[(load, n)], "seconds") for n in ("batch", "one"))
         ratio = batch / one
         verdict = ""
         if load == "queries":
@@ -180,7 +235,28 @@ def onnx_part(pool: ClientPool, workdir: Path, args: argparse.Namespace) -> bool
             verdict = f" (target >= 2x: {'met' if ok else 'MISSED'})"
         print(f"  {load}: micro-batched {batch:.0f} requests/s; one by one {one:.0f} "
               f"requests/s; ratio {ratio:.2f}x{verdict}")  # fmt: skip
+    print_cpu(rounds)
+    alone, together = session_only(model, QUERIES, args)
+    print(f"  queries, the session alone (in this process, no HTTP): one by one "
+          f"{alone * 1000:.1f} ms, one batch {together * 1000:.1f} ms: {alone / together:.2f}x, "
+          f"the ceiling of the ratio above")  # fmt: skip
     return ok
+
+
+def print_cpu(rounds: dict[tuple[str, str], list[Round]]) -> None:
+    """Where a round of queries spent the shared cores, and the shortest round that CPU allows."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    for name, what in (("batch", "micro-batched"), ("one", "one by one")):
+        got = rounds[("queries", name)]
+        server, clients = _median(got, "server_cpu"), _median(got, "client_cpu")
+        floor = (server + clients) / (cores or 1)
+        print(f"  queries, {what}: CPU per round {server * 1000:.0f} ms server + "
+              f"{clients * 1000:.0f} ms clients; on {cores} cores no round can take less than "
+              f"{floor * 1000:.0f} ms (took {_median(got, 'seconds') * 1000:.0f})")  # fmt: skip
+
+
+def _median(rounds: list[Round], field: str) -> float:
+    return statistics.median(getattr(r, field) for r in rounds)
 
 
 def main() -> None:

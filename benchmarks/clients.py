@@ -59,6 +59,13 @@ class ClientPool:
                 raise result
         return results
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user and system) the client processes have used so far, all together: a
+        round's share of the shared cores, read between rounds."""
+        for end in self._ends:
+            end.send("cpu")
+        return sum(end.recv() for end in self._ends)
+
     def close(self) -> None:
         for end in self._ends:
             end.send(None)
@@ -67,8 +74,11 @@ class ClientPool:
 
 
 def _serve(connection: Connection) -> None:
-    """A client process: run each call it is sent; None ends it."""
+    """A client process: run each call it is sent ("cpu": say its CPU time); None ends it."""
     while (message := connection.recv()) is not None:
+        if message == "cpu":
+            connection.send(time.process_time())
+            continue
         function, args, start = message
         try:
             connection.send(function(start, *args))

@@ -32,6 +32,9 @@ def test_render_is_prometheus_text() -> None:
     assert buckets[-1] == 'snapbuild_time_to_first_token_seconds_bucket{le="+Inf"} 3'
     assert "snapbuild_time_to_first_token_seconds_count 3" in lines
     assert "snapbuild_generated_tokens_total 12" in lines
+    cpu = [line for line in lines if line.startswith("snapbuild_process_cpu_seconds_total ")]
+    assert len(cpu) == 1 and float(cpu[0].split()[1]) > 0
+    assert "# TYPE snapbuild_process_cpu_seconds_total counter" in lines
     assert {"snapbuild_slots_busy 2", "snapbuild_kv_cache_usage_ratio 0.25"} <= set(lines)
     assert "snapbuild_queue_depth 1" in lines and "snapbuild_requests_in_flight 0" in lines
     # every sample's family is declared once, before it

@@ -69,6 +69,8 @@ class Metrics:
                 "generated_tokens_total": "Completion tokens generated",
                 "tokens_per_second": "Completion tokens per second over the last scrape window",
                 "requests_in_flight": "Generation requests being answered now",
+                "process_cpu_seconds_total": "CPU seconds (user and system, every thread) of "
+                "the gateway process, its in-process engine included (not llama-server's)",
             }
         )
         self.gauges["requests_in_flight"] = 0.0
@@ -129,6 +131,9 @@ class Metrics:
             lines.append(f"{PREFIX}{name}{_labels(labels)} {_num(value)}")
         _family(lines, "generated_tokens_total", "counter", self.help)
         lines.append(f"{PREFIX}generated_tokens_total {tokens}")
+        # what the requests cost the server, whatever the wall clock does on a shared machine
+        _family(lines, "process_cpu_seconds_total", "counter", self.help)
+        lines.append(f"{PREFIX}process_cpu_seconds_total {time.process_time():.6f}")
         for name, (bounds, counts, total, count) in histograms.items():
             _family(lines, name, "histogram", self.help)
             for bound, n in zip(bounds, counts, strict=True):

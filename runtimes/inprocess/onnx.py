@@ -42,6 +42,14 @@ PROVIDERS: dict[str, tuple[str, ...]] = {
 OUTPUT_NAMES = ("sentence_embedding", "embeddings", "pooler_output", "last_hidden_state")
 
 
+# Intra-op workers spin between a run's operators and stop the moment the run returns. Sleeping
+# workers pay a wake-up at each of a run's ~150 operator barriers (on a VM, a halted vCPU's
+# wake-up), which made a 32-query batch take 40 to 65 ms instead of 38; spinning on after the
+# run (ORT's default) takes the cores the HTTP side needs between runs. Measured side by side
+# (benchmarks/batching.py's setting, four servers at once): micro-batched 506-549 vs 407-427
+# requests/s, one by one 251-290 vs 239-258 (docs/serving.md, "Where the time goes").
+SPINNING = {"session.intra_op.allow_spinning": "1", "session.force_spinning_stop": "1"}
+
 PADDING_LIMIT = 1.25  # a group's padded tokens stay under this many times its real tokens
 
 
@@ -108,10 +116,8 @@ class OnnxAdapter(RuntimeAdapter):
         options = ort.SessionOptions()
         if self.options.threads:
             options.intra_op_num_threads = self.options.threads
-        # Idle intra-op workers spin by default, burning the cores the HTTP side needs between
-        # runs; in a server, sleeping workers serve about twice the requests (benchmarks/
-        # batching.py measured this, one by one and micro-batched alike).
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        for key, value in SPINNING.items():
+            options.add_session_config_entry(key, value)
         try:
             self.session = ort.InferenceSession(str(model), options, providers=providers)
         except Exception as exc:  # onnxruntime raises its own untyped errors
