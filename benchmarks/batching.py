@@ -16,7 +16,11 @@ tokens): 32 concurrent single-text embedding requests, from 32 client processes,
 micro-batching server (the plan: up to 32 texts gathered for 5 ms) and to one that runs them
 one by one (``--slots 1``), vectors as base64 (the openai client's default). Target, for short
 queries: micro-batched throughput >= 2 x one by one. Short sentences are measured too: longer
-texts make each run compute-bound, and the gain of batching shrinks with it.
+texts make each run compute-bound, and the gain of batching shrinks with it. For the queries it
+also prints where a round's time went: the CPU the server (its ``/metrics`` counter) and the
+client processes spent per round, the shortest round that CPU allows on this machine's cores,
+and the gain of the same batch in the ONNX Runtime session alone (no HTTP, no clients), the
+ceiling of the served ratio (docs/serving.md, "Where the time goes").
 
     python benchmarks/batching.py [--rounds 5] [--tokens 128] [--threads 2] [--part all]
 """
