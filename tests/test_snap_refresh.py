@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.trials import idle_server
 
 from hwprobe import probe
 from snapbuild.project.builder import make
@@ -89,13 +90,7 @@ def trial(tmp_path: Path, machines_dir: Path, monkeypatch: pytest.MonkeyPatch) -
     _render(tmp_path, ["cpu-avx2", "cpu-any"], trial.project)
     assemble_prime(trial, "amd64")
     write_commands(trial)
-    snap_yaml = trial.prime / "meta" / "snap.yaml"
-    meta = yaml.safe_load(snap_yaml.read_text())
-    meta["apps"]["server"]["command"] = "bin/idle"
-    snap_yaml.write_text(yaml.safe_dump(meta))
-    idle = trial.prime / "bin" / "idle"
-    idle.write_text("#!/bin/sh\nexec sleep 600\n")
-    idle.chmod(0o755)
+    idle_server(trial)
     for comp in ("llamacpp-cpu", "weights"):
         (trial.staged / comp).mkdir(parents=True)
     (trial.staged / "weights" / "model.gguf").write_bytes(WEIGHTS)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 from support.tiny_models import write_tiny_llama_gguf
-from support.trials import daemon_outage
+from support.trials import daemon_outage, idle_server
 
 from snapbuild.manifest.loader import load_manifest
 from snapbuild.manifest.model import Manifest
@@ -136,13 +136,7 @@ def snap(tmp_path: Path, machines_dir: Path, monkeypatch: pytest.MonkeyPatch) ->
     assemble_prime(trial, "amd64")
     write_commands(trial)
     # the server app idles instead of loading the model: these tests are about the files
-    snap_yaml = trial.prime / "meta" / "snap.yaml"
-    meta = yaml.safe_load(snap_yaml.read_text())
-    meta["apps"]["server"]["command"] = "bin/idle"
-    snap_yaml.write_text(yaml.safe_dump(meta))
-    idle = trial.prime / "bin" / "idle"
-    idle.write_text("#!/bin/sh\nexec sleep 600\n")
-    idle.chmod(0o755)
+    idle_server(trial)
     files = {"tiny.gguf": _thirds(model), **{n: [d] for n, d in zip(SPLITS, splits, strict=True)}}
     for comp in built.plan.components:  # what snapcraft would pack into each component
         (trial.staged / comp.name).mkdir(parents=True)

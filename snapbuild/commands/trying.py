@@ -46,27 +46,17 @@ def try_cmd(
     from snapbuild.trial.run import run_trial
 
     why_not = why_not_packed() if mode != "trial" else "--as trial"
-    if why_not is None:
-        run_packed(
-            model,
-            engine=engine,
-            option=option,
-            port=port,
-            work_dir=work_dir,
-            keep_running=keep_running,
-            echo=click.echo,
-        )
-        return
-    if mode == "snapd":
+    if why_not is not None and mode == "snapd":
         raise UsageError(
             "cannot run the packed snap as snapd runs it here",
             details=why_not,
             resolution="Run as root on a machine with squashfs-tools, snapd, python3-apt, "
             "snapcraft and a Python 3.12, or use --as trial.",
         )
-    if mode == "auto":
+    if why_not is not None and mode == "auto":
         click.echo(f"TRIAL (not the packed snap as snapd runs it: {why_not})")
-    run_trial(
+    run = run_packed if why_not is None else run_trial
+    run(
         model,
         engine=engine,
         option=option,

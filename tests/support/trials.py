@@ -1,4 +1,5 @@
-"""Running the real in-snap daemon of a trial by hand, for tests of what it answers."""
+"""Running the real in-snap daemon of a trial by hand, for tests of what it answers; a trial
+whose server app idles, for tests about files and hooks."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import subprocess
 from typing import Any
 
 import httpx
+import yaml
 
 from snapbuild.trial.sandbox import Trial
 
@@ -29,3 +31,15 @@ def daemon_outage(trial: Trial) -> tuple[dict[str, Any], list[str]]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def idle_server(trial: Trial) -> None:
+    """Make the primed snap's server app a shell that sleeps instead of loading the model:
+    hooks and the CLI see a running service without any engine work."""
+    snap_yaml = trial.prime / "meta" / "snap.yaml"
+    meta = yaml.safe_load(snap_yaml.read_text())
+    meta["apps"]["server"]["command"] = "bin/idle"
+    snap_yaml.write_text(yaml.safe_dump(meta))
+    idle = trial.prime / "bin" / "idle"
+    idle.write_text("#!/bin/sh\nexec sleep 600\n")
+    idle.chmod(0o755)
